@@ -1,0 +1,121 @@
+"""The Hydra application: the one module that knows Hydra.
+
+It checks the command line, composes and validates the config, builds the components with
+``instantiate`` and hands plain objects to the engine.
+"""
+
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from runner.checks import ConfigError, check_top_level_key, check_value, validate_config
+from runner.schema import DataConfig, RunConfig
+
+log = logging.getLogger("runner")
+
+
+def config_dir() -> Path:
+    """``conf/`` inside an installed wheel, else the repository's top-level ``conf/``."""
+    packaged = Path(__file__).with_name("conf")
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "conf"
+
+
+CONFIG_DIR = config_dir()
+ConfigStore.instance().store(name="runner_schema", node=RunConfig)
+ConfigStore.instance().store(group="data", name="base_data", node=DataConfig)
+
+# Command-line flags of Hydra's that take the next argument as their value.
+HYDRA_FLAGS_WITH_VALUE = {
+    "-c", "--cfg", "-p", "--package", "-cp", "--config-path",
+    "-cn", "--config-name", "-cd", "--config-dir", "--experimental-rerun", "-i", "--info",
+}  # fmt: skip
+
+
+def override_arguments(arguments: Sequence[str]) -> list[str]:
+    """The ``key=value`` overrides among Hydra's command-line arguments."""
+    overrides, skip_next = [], False
+    for argument in arguments:
+        if skip_next:
+            skip_next = False
+        elif argument in HYDRA_FLAGS_WITH_VALUE:
+            skip_next = True
+        elif not argument.startswith("-") and "=" in argument:
+            overrides.append(argument)
+    return overrides
+
+
+def group_names() -> set[str]:
+    return {path.name for path in CONFIG_DIR.iterdir() if path.is_dir()}
+
+
+def check_command_line(arguments: Sequence[str]) -> None:
+    """Check override values (every value of a sweep) before Hydra composes or writes anything."""
+    overrides = override_arguments(arguments)
+    if not overrides:
+        return
+    custom_primary = any(
+        a in ("-cn", "--config-name") or a.startswith("--config-name=") for a in arguments
+    )
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException:
+        return  # Hydra reports its own syntax errors, with the position of the mistake.
+    for override in parsed:
+        key = override.key_or_group
+        if override.is_hydra_override() or override.is_delete():
+            continue
+        if not (override.is_add() or override.is_force_add() or custom_primary):
+            check_top_level_key(key, given=override.input_line or key, extra_known=group_names())
+        if override.is_interval_sweep():
+            values = [override.value().start, override.value().end]
+        elif override.is_sweep_override():
+            values = list(override.sweep_iterator())
+        else:
+            values = [override.value()]
+        for value in values:
+            check_value(key, value)
+
+
+def plain_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as plain Python values, naming the key of anything missing."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", None) or "?"
+        raise ConfigError(
+            f"{key} has no value; set it in the config or on the command line"
+        ) from None
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
+def hydra_train(cfg: DictConfig) -> float | None:
+    from runner.train import train
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        config = plain_config(cfg)
+        validate_config(config)
+        return train(config, run_dir, build=hydra.utils.instantiate)
+    except ConfigError as error:
+        print(f"runner: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def main_train(arguments: Sequence[str]) -> None:
+    try:
+        check_command_line(arguments)
+    except ConfigError as error:
+        print(f"runner: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    sys.argv = [sys.argv[0], *arguments]
+    hydra_train()

@@ -1,0 +1,35 @@
+"""Device choice: the seed's habit (cuda, else mps, else cpu), and no silent fallback when a
+device is asked for explicitly."""
+
+import torch
+
+from runner.checks import ConfigError
+
+
+def resolve_device(requested: str) -> torch.device:
+    """``auto`` picks the best available device; anything else must exist on this machine."""
+    if requested == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+
+    device = torch.device(requested)
+    if device.type == "cuda":
+        available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if available == 0:
+            raise ConfigError(
+                f"device={requested} is not available: this machine has no CUDA device; "
+                "use device=auto or device=cpu"
+            )
+        if device.index is not None and device.index >= available:
+            raise ConfigError(
+                f"device={requested} is not available: this machine has {available} CUDA "
+                f"device(s), cuda:0..cuda:{available - 1}"
+            )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(
+            f"device={requested} is not available on this machine; use device=auto or device=cpu"
+        )
+    return device

@@ -1,0 +1,222 @@
+"""The training engine: the seed's template, with accumulation, mixed precision and clipping,
+readable top to bottom in :func:`fit`."""
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from runner.data.loading import EpochSampler
+from runner.metrics import Progress, TensorBoardLogger, to_floats
+from runner.precision import Precision
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    max_steps: int | None
+    max_epochs: int | None
+    micro_batches_per_step: int
+    clip_norm: float | None
+    log_every_n_steps: int
+    val_every_n_epochs: int | None
+    val_every_n_steps: int | None
+
+
+@dataclass
+class TrainState:
+    """Where the run is; everything needed to continue it besides the weights and optimizers."""
+
+    step: int = 0  # optimizer steps taken
+    epoch: int = 0  # epochs completed
+    batches_done_in_epoch: int = 0
+    best_val_loss: float | None = None
+    best_val_step: int | None = None
+    last_train_loss: float | None = None
+    last_val: dict[str, float] = field(default_factory=dict)
+
+
+def steps_per_epoch(micro_batches_per_epoch: int, micro_batches_per_step: int) -> int:
+    """A short last window still makes one optimizer step."""
+    return math.ceil(micro_batches_per_epoch / micro_batches_per_step)
+
+
+def planned_steps(settings: LoopSettings, micro_batches_per_epoch: int) -> int:
+    per_epoch = steps_per_epoch(micro_batches_per_epoch, settings.micro_batches_per_step)
+    limits = [settings.max_steps] if settings.max_steps is not None else []
+    if settings.max_epochs is not None:
+        limits.append(settings.max_epochs * per_epoch)
+    return min(limits)
+
+
+def accumulation_windows(batches: Iterable, micro_batches_per_step: int) -> Iterator[list]:
+    """Group micro-batches into the windows that make one optimizer step each."""
+    iterator = iter(batches)
+    while window := list(itertools.islice(iterator, micro_batches_per_step)):
+        yield window
+
+
+def is_classification(outputs: torch.Tensor, targets: torch.Tensor) -> bool:
+    return outputs.ndim == 2 and targets.ndim == 1 and not targets.is_floating_point()
+
+
+def evaluate(
+    model: nn.Module,
+    loader: DataLoader,
+    loss_fn: Callable,
+    device: torch.device,
+    precision: Precision,
+) -> dict[str, float]:
+    """Mean validation loss (and accuracy for classification) under ``eval()`` and no_grad."""
+    was_training = model.training
+    model.eval()
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), device=device, dtype=torch.long)
+    samples = 0
+    classification = False
+    with torch.no_grad():
+        for inputs, targets in loader:
+            inputs = inputs.to(device, non_blocking=True)
+            targets = targets.to(device, non_blocking=True)
+            with precision.autocast():
+                outputs = model(inputs)
+                loss = loss_fn(outputs, targets)
+            loss_sum += loss.float() * len(targets)
+            samples += len(targets)
+            classification = is_classification(outputs, targets)
+            if classification:
+                correct += (outputs.argmax(dim=1) == targets).sum()
+    model.train(was_training)
+    metrics = {"val/loss": loss_sum / max(samples, 1)}
+    if classification:
+        metrics["val/acc"] = correct.float() / max(samples, 1)
+    return to_floats(metrics)
+
+
+def fit(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    loss_fn: Callable,
+    train_loader: DataLoader,
+    train_sampler: EpochSampler,
+    val_loader: DataLoader,
+    device: torch.device,
+    precision: Precision,
+    settings: LoopSettings,
+    logger: TensorBoardLogger,
+    state: TrainState | None = None,
+) -> TrainState:
+    """Train until ``max_steps`` or ``max_epochs``, whichever comes first; return the final state."""
+    state = state or TrainState()
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    micro_batches_per_epoch = math.ceil(train_sampler.samples_per_rank / train_loader.batch_size)
+    total_steps = planned_steps(settings, micro_batches_per_epoch)
+    progress = Progress(total_steps, initial_step=state.step)
+    samples_since_log = 0
+    last_log_time = time.perf_counter()
+    validated_at_step = None
+
+    def validate() -> None:
+        nonlocal validated_at_step
+        state.last_val = evaluate(model, val_loader, loss_fn, device, precision)
+        validated_at_step = state.step
+        val_loss = state.last_val["val/loss"]
+        if math.isfinite(val_loss) and (
+            state.best_val_loss is None or val_loss < state.best_val_loss
+        ):
+            state.best_val_loss, state.best_val_step = val_loss, state.step
+        logger.log_scalars(state.step, state.last_val)
+        progress.report(
+            state.epoch, state.step, {"train/loss": state.last_train_loss, **state.last_val}
+        )
+
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    while state.step < total_steps:
+        train_sampler.set_epoch(
+            state.epoch, skip_samples=state.batches_done_in_epoch * train_loader.batch_size
+        )
+        for window in accumulation_windows(train_loader, settings.micro_batches_per_step):
+            window_samples = sum(len(targets) for _, targets in window)
+            window_loss = torch.zeros((), device=device)
+            for inputs, targets in window:
+                inputs = inputs.to(device, non_blocking=True)
+                targets = targets.to(device, non_blocking=True)
+                with precision.autocast():
+                    outputs = model(inputs)
+                    loss = loss_fn(outputs, targets)
+                # Weight each micro-batch's mean loss by its share of the window's samples: the
+                # summed gradient is then the gradient of the mean loss over the whole window,
+                # also for a short last window (dividing by the window count would not be).
+                weighted_loss = loss * (len(targets) / window_samples)
+                precision.scaler.scale(weighted_loss).backward()
+                window_loss += weighted_loss.detach().float()
+
+            # Clip only after backward, and under loss scaling only after unscaling.
+            precision.scaler.unscale_(optimizer)
+            grads = [p.grad for p in parameters if p.grad is not None]
+            grad_norm_before_clip = torch.nn.utils.get_total_norm(grads)
+            if settings.clip_norm is not None:
+                torch.nn.utils.clip_grads_with_norm_(
+                    parameters, settings.clip_norm, grad_norm_before_clip
+                )
+            log_now = (state.step + 1) % settings.log_every_n_steps == 0 or (
+                state.step + 1 == total_steps
+            )
+            if log_now:
+                # Measured, not inferred, and only on steps that are logged.
+                grad_norm_after_clip = (
+                    torch.nn.utils.get_total_norm(grads)
+                    if settings.clip_norm
+                    else grad_norm_before_clip
+                )
+            lr = optimizer.param_groups[0]["lr"]
+            precision.scaler.step(optimizer)  # skipped by the scaler if gradients overflowed
+            precision.scaler.update()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+
+            state.step += 1
+            state.batches_done_in_epoch += len(window)
+            samples_since_log += window_samples
+
+            if log_now:
+                scalars = {
+                    "train/loss": window_loss,
+                    "train/grad_norm": grad_norm_before_clip,
+                    "train/grad_norm_clipped": grad_norm_after_clip,
+                    "train/lr": lr,
+                }
+                if precision.scaler.is_enabled():
+                    scalars["train/loss_scale"] = precision.scaler.get_scale()
+                scalars = to_floats(scalars)
+                now = time.perf_counter()
+                scalars["perf/samples_per_sec"] = samples_since_log / max(now - last_log_time, 1e-9)
+                samples_since_log, last_log_time = 0, now
+                state.last_train_loss = scalars["train/loss"]
+                logger.log_scalars(state.step, scalars)
+                progress.update(state.step, scalars)
+
+            if settings.val_every_n_steps and state.step % settings.val_every_n_steps == 0:
+                validate()
+            if state.batches_done_in_epoch == micro_batches_per_epoch:
+                state.epoch += 1
+                state.batches_done_in_epoch = 0
+                epoch_validates = settings.val_every_n_epochs and (
+                    state.epoch % settings.val_every_n_epochs == 0
+                )
+                if epoch_validates and validated_at_step != state.step:
+                    validate()
+            if state.step >= total_steps:
+                break
+
+    if validated_at_step != state.step:
+        validate()
+    progress.close()
+    logger.flush()
+    return state

@@ -1,0 +1,80 @@
+"""Where numbers go: TensorBoard event files in the run directory, and the console.
+
+The engine hands over device tensors; they are read (one host sync) only here, at log time.
+"""
+
+import logging
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+log = logging.getLogger("runner")
+
+
+def to_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
+    """Read every tensor with a single device-to-host copy."""
+    names = [name for name, value in values.items() if isinstance(value, torch.Tensor)]
+    read = torch.stack([values[name].detach().float() for name in names]).tolist() if names else []
+    floats = dict(zip(names, read, strict=True))
+    return {name: floats.get(name, value) for name, value in values.items()}
+
+
+class TensorBoardLogger:
+    """Scalars and text for one run, written as real TensorBoard event files."""
+
+    def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
+        self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
+
+    def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+        for tag, value in scalars.items():
+            self.writer.add_scalar(tag, value, global_step=step)
+
+    def log_text(self, tag: str, text: str) -> None:
+        # Indented four spaces, TensorBoard's markdown shows the text as a code block, lines intact.
+        self.writer.add_text(tag, "\n".join("    " + line for line in text.splitlines()))
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class Progress:
+    """A tqdm bar when stdout is a terminal; plain log lines (one per validation) otherwise."""
+
+    def __init__(self, total_steps: int, initial_step: int = 0) -> None:
+        self.bar = None
+        if sys.stdout.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(
+                total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True
+            )
+
+    def update(self, step: int, scalars: Mapping[str, float]) -> None:
+        if self.bar is not None:
+            self.bar.n = step
+            self.bar.set_postfix(
+                loss=f"{scalars['train/loss']:.4g}",
+                lr=f"{scalars['train/lr']:.3g}",
+                speed=f"{scalars['perf/samples_per_sec']:.0f}/s",
+                refresh=False,
+            )
+            self.bar.refresh()
+
+    def report(self, epoch: int, step: int, metrics: Mapping[str, float | None]) -> None:
+        line = f"epoch {epoch} step {step} | " + " | ".join(
+            f"{name} {value:.4g}" for name, value in metrics.items() if value is not None
+        )
+        if self.bar is not None:
+            self.bar.write(line)
+        else:
+            log.info(line)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
