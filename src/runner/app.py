@@ -63,9 +63,7 @@ def check_command_line(arguments: Sequence[str]) -> None:
     overrides = override_arguments(arguments)
     if not overrides:
         return
-    custom_primary = any(
-        a in ("-cn", "--config-name") or a.startswith("--config-name=") for a in arguments
-    )
+    custom_primary = any(a in ("-cn", "--config-name") or a.startswith("--config-name=") for a in arguments)
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException:
@@ -92,9 +90,7 @@ def plain_config(cfg: DictConfig) -> dict[str, Any]:
         return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except OmegaConfBaseException as error:
         key = getattr(error, "full_key", None) or "?"
-        raise ConfigError(
-            f"{key} has no value; set it in the config or on the command line"
-        ) from None
+        raise ConfigError(f"{key} has no value; set it in the config or on the command line") from None
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")

@@ -37,9 +37,7 @@ def int_at_least(minimum: int, nullable: bool = False, null_means: str = "") -> 
     return Rule(allowed, lambda v: (nullable and v is None) or (_is_int(v) and v >= minimum))
 
 
-def number_above(
-    minimum: float, inclusive: bool, nullable: bool = False, null_means: str = ""
-) -> Rule:
+def number_above(minimum: float, inclusive: bool, nullable: bool = False, null_means: str = "") -> Rule:
     relation = ">=" if inclusive else ">"
     allowed = f"a number {relation} {minimum:g}" + (f", or null ({null_means})" if nullable else "")
 
@@ -112,8 +110,7 @@ def check_top_level_key(key: str, given: str, extra_known: Iterable[str] = ()) -
     known = TOP_LEVEL_KEYS | set(extra_known)
     if top not in known:
         raise ConfigError(
-            f"{given}: '{top}' is not a config key; known top-level keys: "
-            + ", ".join(sorted(known))
+            f"{given}: '{top}' is not a config key; known top-level keys: " + ", ".join(sorted(known))
         )
 
 

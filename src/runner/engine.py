@@ -126,14 +126,10 @@ def fit(
         state.last_val = evaluate(model, val_loader, loss_fn, device, precision)
         validated_at_step = state.step
         val_loss = state.last_val["val/loss"]
-        if math.isfinite(val_loss) and (
-            state.best_val_loss is None or val_loss < state.best_val_loss
-        ):
+        if math.isfinite(val_loss) and (state.best_val_loss is None or val_loss < state.best_val_loss):
             state.best_val_loss, state.best_val_step = val_loss, state.step
         logger.log_scalars(state.step, state.last_val)
-        progress.report(
-            state.epoch, state.step, {"train/loss": state.last_train_loss, **state.last_val}
-        )
+        progress.report(state.epoch, state.step, {"train/loss": state.last_train_loss, **state.last_val})
 
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -162,18 +158,12 @@ def fit(
             grads = [p.grad for p in parameters if p.grad is not None]
             grad_norm_before_clip = torch.nn.utils.get_total_norm(grads)
             if settings.clip_norm is not None:
-                torch.nn.utils.clip_grads_with_norm_(
-                    parameters, settings.clip_norm, grad_norm_before_clip
-                )
-            log_now = (state.step + 1) % settings.log_every_n_steps == 0 or (
-                state.step + 1 == total_steps
-            )
+                torch.nn.utils.clip_grads_with_norm_(parameters, settings.clip_norm, grad_norm_before_clip)
+            log_now = (state.step + 1) % settings.log_every_n_steps == 0 or (state.step + 1 == total_steps)
             if log_now:
                 # Measured, not inferred, and only on steps that are logged.
                 grad_norm_after_clip = (
-                    torch.nn.utils.get_total_norm(grads)
-                    if settings.clip_norm
-                    else grad_norm_before_clip
+                    torch.nn.utils.get_total_norm(grads) if settings.clip_norm else grad_norm_before_clip
                 )
             lr = optimizer.param_groups[0]["lr"]
             precision.scaler.step(optimizer)  # skipped by the scaler if gradients overflowed

@@ -51,9 +51,7 @@ class Progress:
         if sys.stdout.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(
-                total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True
-            )
+            self.bar = tqdm(total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True)
 
     def update(self, step: int, scalars: Mapping[str, float]) -> None:
         if self.bar is not None:

@@ -1,14 +1,13 @@
 """Built-in models. Any ``_target_`` that builds an ``nn.Module`` works the same way."""
 
+import itertools
 import math
 from collections.abc import Sequence
 
 from torch import nn
 
 
-def mlp(
-    input_shape: Sequence[int], num_outputs: int, hidden: Sequence[int] = (64,)
-) -> nn.Sequential:
+def mlp(input_shape: Sequence[int], num_outputs: int, hidden: Sequence[int] = (64,)) -> nn.Sequential:
     """Flatten, then Linear+ReLU per hidden width, then a Linear head.
 
     With ``input_shape=[10], hidden=[20], num_outputs=1`` it is exactly the seed's
@@ -17,23 +16,19 @@ def mlp(
     """
     widths = [math.prod(input_shape), *hidden]
     layers: list[nn.Module] = [nn.Flatten()]
-    for width_in, width_out in zip(widths, widths[1:], strict=False):
+    for width_in, width_out in itertools.pairwise(widths):
         layers += [nn.Linear(width_in, width_out), nn.ReLU()]
     layers.append(nn.Linear(widths[-1], num_outputs))
     return nn.Sequential(*layers)
 
 
-def cnn(
-    input_shape: Sequence[int], num_outputs: int, channels: Sequence[int] = (16, 32)
-) -> nn.Sequential:
-    """A small conv net for ``(C, H, W)`` inputs: 3x3 conv + ReLU blocks, global pooling, a head."""
+def cnn(input_shape: Sequence[int], num_outputs: int, channels: Sequence[int] = (16, 32)) -> nn.Sequential:
+    """A small conv net for ``(C, H, W)`` inputs: 3x3 conv + ReLU blocks, 2x2 pooling, a head."""
     if len(input_shape) != 3:
-        raise ValueError(
-            f"cnn needs image-shaped inputs (C, H, W), got input_shape={list(input_shape)}"
-        )
+        raise ValueError(f"cnn needs image-shaped inputs (C, H, W), got input_shape={list(input_shape)}")
     widths = [input_shape[0], *channels]
     layers: list[nn.Module] = []
-    for width_in, width_out in zip(widths, widths[1:], strict=False):
+    for width_in, width_out in itertools.pairwise(widths):
         layers += [nn.Conv2d(width_in, width_out, kernel_size=3, padding=1), nn.ReLU()]
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(widths[-1], num_outputs)]
+    layers += [nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(widths[-1] * 4, num_outputs)]
     return nn.Sequential(*layers)

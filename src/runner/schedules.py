@@ -41,7 +41,5 @@ def build_scheduler(
     min_lr_ratio = min_lr / base_lr if base_lr > 0 else 0.0
     return LambdaLR(
         optimizer,
-        lambda step: lr_factor(
-            step, name, total_steps, warmup_steps, min_lr_ratio, step_size, gamma
-        ),
+        lambda step: lr_factor(step, name, total_steps, warmup_steps, min_lr_ratio, step_size, gamma),
     )

@@ -151,9 +151,7 @@ def train(config: dict, run_dir: Path, build: Callable[..., Any]) -> float | Non
         "runner_version": runner.__version__,
         "torch_version": str(torch.__version__),
     }
-    (run_dir / "run.yaml").write_text(
-        yaml.safe_dump({**config, "runtime": runtime}, sort_keys=False)
-    )
+    (run_dir / "run.yaml").write_text(yaml.safe_dump({**config, "runtime": runtime}, sort_keys=False))
     record_split(run_dir, train_set, val_set)
     logger = TensorBoardLogger(run_dir)
     logger.log_text("run/plan", plan)
@@ -167,9 +165,7 @@ def train(config: dict, run_dir: Path, build: Callable[..., Any]) -> float | Non
     summary = {"step": state.step, "epoch": state.epoch, **state.last_val}
     log.info(
         "done: %s | best val/loss %s at step %s",
-        " ".join(
-            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()
-        ),
+        " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()),
         f"{state.best_val_loss:.4g}" if state.best_val_loss is not None else "n/a",
         state.best_val_step,
     )

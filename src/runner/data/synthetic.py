@@ -32,9 +32,7 @@ def make_regression(
             targets = torch.randn(num_samples, 1, generator=generator) * target_scale
         else:
             signal = inputs @ true_weights / num_features**0.5
-            targets = (
-                signal + noise * torch.randn(num_samples, 1, generator=generator)
-            ) * target_scale
+            targets = (signal + noise * torch.randn(num_samples, 1, generator=generator)) * target_scale
         return TensorDataset(inputs, targets)
 
     return draw(num_train), draw(num_val)
