@@ -1,0 +1,74 @@
+"""Bad input through the real CLI: non-zero exit, one line naming key, value and what is allowed,
+no traceback, and nothing in the run directory beyond Hydra's own files."""
+
+import pytest
+from conftest import run_cli
+
+HYDRA_OWN = {".hydra", "train.log"}
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("clip=0", "clip=0 is not allowed; clip must be a number > 0, or null"),
+        ("clip=-1", "clip=-1 is not allowed; clip must be a number > 0"),
+        ("clip=abc", "clip=abc is not allowed; clip must be a number > 0"),
+        ("accumulate=0", "accumulate=0 is not allowed; accumulate must be an integer >= 1"),
+        ("accumulate=1.5", "accumulate=1.5 is not allowed; accumulate must be an integer >= 1"),
+        ("precision=fp8", "precision=fp8 is not allowed; precision must be one of fp32, amp, bf16"),
+        ("device=tpu", "device=tpu is not allowed; device must be auto, cpu, cuda, cuda:N or mps"),
+        ("device=cuda", "device=cuda is not available: this machine has no CUDA device"),
+        ("optimizer.lr=-1", "optimizer.lr=-1 is not allowed; optimizer.lr must be a number >= 0"),
+        ("data.batch_size=0", "data.batch_size=0 is not allowed; data.batch_size must be an integer >= 1"),
+        ("trainer.max_steps=-5", "trainer.max_steps=-5 is not allowed; trainer.max_steps must be an integer"),
+        ("foo=1", "foo=1: 'foo' is not a config key; known top-level keys: accumulate, "),
+        ("+foo=1", "foo=1: 'foo' is not a config key; known top-level keys: accumulate, "),
+        ("optimizer.lr=1e-3,-1", "optimizer.lr=-1 is not allowed"),
+        (
+            "model._target_=nope.Model",
+            "model._target_=nope.Model could not be built (ModuleNotFoundError: No module named 'nope')",
+        ),
+        (
+            "data.dataset._target_=runner.data.no_such_loader",
+            "data.dataset._target_=runner.data.no_such_loader could not be built",
+        ),
+    ],
+)
+def test_bad_value_is_one_clear_line(tmp_path, override, expected):
+    if override == "device=cuda":
+        torch = pytest.importorskip("torch")
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA")
+    run_dir = tmp_path / "run"
+    result = run_cli("train", override, f"hydra.run.dir={run_dir}", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert error_lines == [f"runner: error: {error_lines[0].removeprefix('runner: error: ')}"]
+    assert expected in error_lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
+    written = {path.name for path in run_dir.iterdir()} if run_dir.exists() else set()
+    assert written <= HYDRA_OWN
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_unknown_group_option_gets_hydras_message(tmp_path):
+    result = run_cli("train", "model=nope", cwd=tmp_path, timeout=60)
+    assert result.returncode != 0
+    assert "Could not find 'model/nope'" in result.stderr
+    assert "Available options" in result.stderr and "mlp" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_unknown_command_is_refused(tmp_path):
+    result = run_cli("fly", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    assert "unknown command 'fly'" in result.stderr
+
+
+def test_cfg_job_prints_the_config_and_writes_nothing(tmp_path):
+    result = run_cli("train", "--cfg", "job", "clip=0.5", cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "clip: 0.5" in result.stdout
+    assert "_target_: runner.data.load_digits" in result.stdout
+    assert not (tmp_path / "outputs").exists()
