@@ -6,6 +6,7 @@ USAGE = """usage: python -m runner COMMAND [key=value ...] [hydra flags]
 
 commands:
   train    train the configured experiment (python -m runner train --help for the config)
+  eval     validation metrics of a checkpoint: python -m runner eval ckpt=FILE [device=cpu]
 """
 
 
@@ -15,13 +16,21 @@ def main() -> None:
         print(USAGE)
         raise SystemExit(0 if arguments else 2)
     command, rest = arguments[0], arguments[1:]
-    if command == "train":
-        from runner.app import main_train
+    try:
+        if command == "train":
+            from runner.app import main_train
 
-        main_train(rest)
-    else:
-        print(f"runner: error: unknown command '{command}'\n\n{USAGE}", file=sys.stderr)
-        raise SystemExit(2)
+            main_train(rest)
+        elif command == "eval":
+            from runner.app import main_eval
+
+            main_eval(rest)
+        else:
+            print(f"runner: error: unknown command '{command}'\n\n{USAGE}", file=sys.stderr)
+            raise SystemExit(2)
+    except KeyboardInterrupt:
+        print("runner: aborted", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

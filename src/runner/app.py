@@ -6,9 +6,10 @@ It checks the command line, composes and validates the config, builds the compon
 
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -18,7 +19,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runner.checks import ConfigError, check_top_level_key, check_value, validate_config
+from runner.checks import ConfigError, UserError, check_top_level_key, check_value, validate_config
 from runner.schema import DataConfig, RunConfig
 
 log = logging.getLogger("runner")
@@ -102,16 +103,68 @@ def hydra_train(cfg: DictConfig) -> float | None:
         config = plain_config(cfg)
         validate_config(config)
         return train(config, run_dir, build=hydra.utils.instantiate)
-    except ConfigError as error:
-        print(f"runner: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except UserError as error:
+        exit_with(error)
+
+
+def exit_with(error: UserError) -> NoReturn:
+    print(f"runner: error: {error}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+
+def override_key(override_text: str) -> str:
+    (override,) = OverridesParser.create().parse_overrides([override_text])
+    return override.key_or_group
+
+
+def resume_arguments(arguments: Sequence[str]) -> list[str]:
+    """``resume=...`` continues the same run: same directory, and the run's original overrides
+    under the ones given now. Hydra's record of this invocation goes to ``.hydra/resume-<time>``
+    so the original one is kept."""
+    overrides = override_arguments(arguments)
+    requests = [o for o in overrides if override_key(o) == "resume"]
+    if not requests:
+        return list(arguments)
+    from runner.resume import locate_checkpoint, original_overrides
+
+    path = locate_checkpoint(requests[-1].split("=", 1)[1], Path.cwd() / "outputs")
+    run_dir = path.parent.parent
+    given = {override_key(o) for o in overrides}
+    original = [o for o in original_overrides(run_dir) if override_key(o) not in given]
+    kept = [a for a in arguments if a not in requests]
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    return [
+        *original, *kept, f"resume={path}",
+        f"hydra.run.dir={run_dir}", f"hydra.output_subdir=.hydra/resume-{stamp}",
+    ]  # fmt: skip
 
 
 def main_train(arguments: Sequence[str]) -> None:
     try:
         check_command_line(arguments)
-    except ConfigError as error:
-        print(f"runner: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        arguments = resume_arguments(arguments)
+    except UserError as error:
+        exit_with(error)
     sys.argv = [sys.argv[0], *arguments]
     hydra_train()
+
+
+def main_eval(arguments: Sequence[str]) -> None:
+    """``python -m runner eval ckpt=FILE [device=...]``: validation metrics of a checkpoint, with
+    the model and data rebuilt from the config stored in it."""
+    from runner.evaluation import evaluate_checkpoint
+
+    options = dict(argument.split("=", 1) for argument in arguments if "=" in argument)
+    try:
+        unknown = set(options) - {"ckpt", "device"} or {a for a in arguments if "=" not in a}
+        if unknown or "ckpt" not in options:
+            raise ConfigError(
+                f"eval takes ckpt=FILE and optionally device=...; got {' '.join(arguments) or 'nothing'}"
+            )
+        device = options.get("device", "auto")
+        check_value("device", device)
+        metrics = evaluate_checkpoint(Path(options["ckpt"]), device, build=hydra.utils.instantiate)
+    except UserError as error:
+        exit_with(error)
+    print(" ".join(f"{name} {value:.6g}" if isinstance(value, float) else f"{name} {value}"
+                   for name, value in metrics.items()))  # fmt: skip

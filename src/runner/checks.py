@@ -14,8 +14,12 @@ from runner.schema import RunConfig
 TOP_LEVEL_KEYS = frozenset(field.name for field in fields(RunConfig))
 
 
-class ConfigError(ValueError):
-    """A setting the user can fix; printed as one line, without a traceback."""
+class UserError(ValueError):
+    """A problem the user can fix; printed as one line, without a traceback."""
+
+
+class ConfigError(UserError):
+    """A setting that is not allowed or cannot work on this machine."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,17 @@ RULES: dict[str, Rule] = {
     "scheduler.min_lr": number_above(0, inclusive=True),
     "scheduler.step_size": int_at_least(1),
     "scheduler.gamma": number_above(0, inclusive=False),
+    "checkpoint.enabled": BOOLEAN,
+    "checkpoint.every_n_steps": int_at_least(1, nullable=True, null_means="not per step"),
+    "checkpoint.every_n_epochs": int_at_least(1, nullable=True, null_means="not per epoch"),
+    "checkpoint.keep_last": int_at_least(1),
+    "checkpoint.monitor": one_of("val/loss", "val/acc"),
+    "checkpoint.mode": one_of("min", "max"),
+    "checkpoint.save_best": BOOLEAN,
+    "resume": Rule(
+        "a checkpoint file, a run directory, or latest",
+        lambda v: v is None or (isinstance(v, str) and v != ""),
+    ),
 }
 
 
@@ -129,6 +144,12 @@ def validate_config(config: Mapping[str, Any]) -> None:
         raise ConfigError(
             "trainer.max_steps=null and trainer.max_epochs=null would never stop; "
             "set at least one of them to an integer >= 1"
+        )
+    checkpoint = config["checkpoint"]
+    if checkpoint["monitor"] == "val/acc" and checkpoint["mode"] == "min":
+        raise ConfigError(
+            "checkpoint.mode=min with checkpoint.monitor=val/acc would keep the least accurate "
+            "model; set checkpoint.mode=max"
         )
     for section in ("model", "optimizer", "loss"):
         if not isinstance(config.get(section), Mapping) or "_target_" not in config[section]:

@@ -6,6 +6,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -25,6 +26,8 @@ class LoopSettings:
     log_every_n_steps: int
     val_every_n_epochs: int | None
     val_every_n_steps: int | None
+    monitor: str = "val/loss"
+    monitor_mode: str = "min"
 
 
 @dataclass
@@ -34,10 +37,45 @@ class TrainState:
     step: int = 0  # optimizer steps taken
     epoch: int = 0  # epochs completed
     batches_done_in_epoch: int = 0
-    best_val_loss: float | None = None
+    best_val: float | None = None  # best value of the monitored metric
     best_val_step: int | None = None
     last_train_loss: float | None = None
     last_val: dict[str, float] = field(default_factory=dict)
+    stopped_by_signal: int | None = None
+
+
+class Checkpointer(Protocol):
+    """Decides by itself when to save; the loop calls it at fixed points."""
+
+    def after_step(self, state: TrainState) -> None: ...
+    def after_epoch(self, state: TrainState) -> None: ...
+    def after_validation(self, state: TrainState, improved: bool) -> None: ...
+
+
+class NoCheckpoints:
+    """``checkpoint=none``: every call does nothing."""
+
+    def after_step(self, state: TrainState) -> None:
+        pass
+
+    def after_epoch(self, state: TrainState) -> None:
+        pass
+
+    def after_validation(self, state: TrainState, improved: bool) -> None:
+        pass
+
+
+class StopFlag(Protocol):
+    """Set asynchronously (by a signal handler); read at optimizer-step boundaries."""
+
+    signal_number: int | None
+
+
+def improves(value: float, best: float | None, mode: str) -> bool:
+    """NaN never counts as best."""
+    if not math.isfinite(value):
+        return False
+    return best is None or (value < best if mode == "min" else value > best)
 
 
 def steps_per_epoch(micro_batches_per_epoch: int, micro_batches_per_step: int) -> int:
@@ -110,9 +148,12 @@ def fit(
     settings: LoopSettings,
     logger: TensorBoardLogger,
     state: TrainState | None = None,
+    checkpointer: Checkpointer | None = None,
+    stop: StopFlag | None = None,
 ) -> TrainState:
     """Train until ``max_steps`` or ``max_epochs``, whichever comes first; return the final state."""
     state = state or TrainState()
+    checkpointer = checkpointer or NoCheckpoints()
     parameters = [p for p in model.parameters() if p.requires_grad]
     micro_batches_per_epoch = math.ceil(train_sampler.samples_per_rank / train_loader.batch_size)
     total_steps = planned_steps(settings, micro_batches_per_epoch)
@@ -125,11 +166,18 @@ def fit(
         nonlocal validated_at_step
         state.last_val = evaluate(model, val_loader, loss_fn, device, precision)
         validated_at_step = state.step
-        val_loss = state.last_val["val/loss"]
-        if math.isfinite(val_loss) and (state.best_val_loss is None or val_loss < state.best_val_loss):
-            state.best_val_loss, state.best_val_step = val_loss, state.step
+        if settings.monitor not in state.last_val:
+            raise ValueError(
+                f"checkpoint.monitor={settings.monitor}, but this run's validation gives only "
+                + ", ".join(state.last_val)
+            )
+        value = state.last_val[settings.monitor]
+        improved = improves(value, state.best_val, settings.monitor_mode)
+        if improved:
+            state.best_val, state.best_val_step = value, state.step
         logger.log_scalars(state.step, state.last_val)
         progress.report(state.epoch, state.step, {"train/loss": state.last_train_loss, **state.last_val})
+        checkpointer.after_validation(state, improved)
 
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -202,10 +250,17 @@ def fit(
                 )
                 if epoch_validates and validated_at_step != state.step:
                     validate()
+                checkpointer.after_epoch(state)
+            checkpointer.after_step(state)
+            if stop is not None and stop.signal_number is not None:
+                state.stopped_by_signal = stop.signal_number
+                break
             if state.step >= total_steps:
                 break
+        if state.stopped_by_signal is not None:
+            break
 
-    if validated_at_step != state.step:
+    if validated_at_step != state.step and state.stopped_by_signal is None:
         validate()
     progress.close()
     logger.flush()

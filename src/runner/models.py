@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from torch import nn
 
 
-def mlp(input_shape: Sequence[int], num_outputs: int, hidden: Sequence[int] = (64,)) -> nn.Sequential:
-    """Flatten, then Linear+ReLU per hidden width, then a Linear head.
+def mlp(
+    input_shape: Sequence[int], num_outputs: int, hidden: Sequence[int] = (64,), dropout: float = 0.0
+) -> nn.Sequential:
+    """Flatten, then Linear+ReLU(+Dropout when ``dropout > 0``) per hidden width, then a Linear head.
 
     With ``input_shape=[10], hidden=[20], num_outputs=1`` it is exactly the seed's
     ``Sequential(Linear(10, 20), ReLU(), Linear(20, 1))`` (same parameter creation order, so the
@@ -18,6 +20,8 @@ def mlp(input_shape: Sequence[int], num_outputs: int, hidden: Sequence[int] = (6
     layers: list[nn.Module] = [nn.Flatten()]
     for width_in, width_out in itertools.pairwise(widths):
         layers += [nn.Linear(width_in, width_out), nn.ReLU()]
+        if dropout > 0:
+            layers.append(nn.Dropout(dropout))
     layers.append(nn.Linear(widths[-1], num_outputs))
     return nn.Sequential(*layers)
 

@@ -37,6 +37,18 @@ class SchedulerConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    enabled: bool = True
+    every_n_steps: int | None = None
+    every_n_epochs: int | None = 1
+    keep_last: int = 2
+    # Also what the run returns to sweepers: the best value of this metric.
+    monitor: str = "val/loss"
+    mode: str = "min"
+    save_best: bool = True
+
+
+@dataclass
 class RunConfig:
     device: str = "auto"
     seed: int | None = 0
@@ -50,3 +62,6 @@ class RunConfig:
     optimizer: Any = MISSING
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     loss: Any = MISSING
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # A checkpoint file, a run directory, or "latest" (newest valid checkpoint under outputs/).
+    resume: str | None = None

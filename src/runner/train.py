@@ -7,7 +7,10 @@ Hydra-free: ``_target_`` configs become objects through the ``build`` function h
 import json
 import logging
 import math
+import signal
+import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +18,32 @@ import torch
 import yaml
 
 import runner
+from runner.checkpointing import PeriodicCheckpointer
+from runner.checkpoints import (
+    CHECKPOINT_DIR,
+    CheckpointError,
+    checkpoint_payload,
+    load_checkpoint,
+    restore_rng_states,
+    restore_training,
+)
 from runner.checks import ConfigError, show
 from runner.data.loading import make_loaders
 from runner.device import resolve_device
-from runner.engine import LoopSettings, fit, planned_steps
+from runner.engine import LoopSettings, NoCheckpoints, TrainState, fit, planned_steps
 from runner.metrics import TensorBoardLogger
 from runner.precision import Precision, resolve_precision
 from runner.schedules import build_scheduler
 from runner.seeding import draw_seed, seed_everything
+from runner.signals import GracefulStop
 
 log = logging.getLogger("runner")
+
+# Settings a resumed run may change: none of them alters the math of the steps already taken.
+RESUMABLE_CHANGES = (
+    "trainer.max_steps", "trainer.max_epochs", "trainer.log_every_n_steps", "trainer.val_every_n_epochs",
+    "trainer.val_every_n_steps", "checkpoint.", "resume", "device", "data.num_workers",
+)  # fmt: skip
 
 
 def build_component(build: Callable[..., Any], key: str, spec: dict, *args: Any) -> Any:
@@ -43,6 +62,32 @@ def build_component(build: Callable[..., Any], key: str, spec: dict, *args: Any)
         ) from None
 
 
+@dataclass
+class Components:
+    model: torch.nn.Module
+    train_set: Any
+    val_set: Any
+    loss_fn: Callable
+
+
+def build_model_and_data(config: dict, build: Callable[..., Any], device: torch.device) -> Components:
+    """Model first, then data: the order of the seed's labs, so a seed gives the same weights."""
+    model = build_component(build, "model", config["model"])
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(
+            f"model._target_={config['model']['_target_']} built a {type(model).__name__}, "
+            "not a torch.nn.Module"
+        )
+    datasets = build_component(build, "data.dataset", config["data"]["dataset"])
+    if not (isinstance(datasets, tuple | list) and len(datasets) == 2):
+        raise ConfigError(
+            f"data.dataset._target_={config['data']['dataset']['_target_']} must return "
+            "(train_dataset, val_dataset)"
+        )
+    loss_fn = build_component(build, "loss", config["loss"])
+    return Components(model.to(device), datasets[0], datasets[1], loss_fn)
+
+
 def loop_settings(config: dict) -> LoopSettings:
     trainer = config["trainer"]
     return LoopSettings(
@@ -53,6 +98,50 @@ def loop_settings(config: dict) -> LoopSettings:
         log_every_n_steps=trainer["log_every_n_steps"],
         val_every_n_epochs=trainer["val_every_n_epochs"],
         val_every_n_steps=trainer["val_every_n_steps"],
+        monitor=config["checkpoint"]["monitor"],
+        monitor_mode=config["checkpoint"]["mode"],
+    )
+
+
+def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def check_resume_compatible(saved: dict, current: dict, path: Path) -> None:
+    """Refuse a resumed config that would change the math of the run so far. Model changes are
+    left to the strict state-dict check, which names the keys and shapes that differ."""
+    saved_flat, current_flat = flatten(saved), flatten(current)
+    changed = [
+        f"{key} ({show(saved_flat.get(key, '<absent>'))} -> {show(current_flat.get(key, '<absent>'))})"
+        for key in sorted(saved_flat.keys() | current_flat.keys())
+        if saved_flat.get(key) != current_flat.get(key)
+        and not key.startswith(RESUMABLE_CHANGES)
+        and not key.startswith("model.")
+    ]
+    if changed:
+        raise CheckpointError(
+            f"resume={path}: these settings differ from the run being resumed and would change its "
+            f"math: {', '.join(changed)}; resume with the original values, or start a new run"
+        )
+
+
+def checkpoint_plan(config: dict, run_dir: Path) -> str:
+    policy = config["checkpoint"]
+    if not policy["enabled"]:
+        return "none (checkpoint.enabled=false: a stopped run cannot be resumed)"
+    cadence = [
+        f"every {policy[k]} {k.split('_')[-1]}" for k in ("every_n_steps", "every_n_epochs") if policy[k]
+    ]
+    best = f", best.pt on {policy['monitor']} ({policy['mode']})" if policy["save_best"] else ""
+    return (
+        f"{' and '.join(cadence) or 'no periodic saves'} (newest {policy['keep_last']} kept){best}, "
+        f"last.pt at the end -> {run_dir / CHECKPOINT_DIR}"
     )
 
 
@@ -64,6 +153,7 @@ def run_plan(
     total_steps: int,
     steps_per_epoch: int,
     run_dir: Path,
+    resumed_from: str | None,
     world_size: int = 1,
 ) -> str:
     batch_size, accumulate = config["data"]["batch_size"], config["accumulate"]
@@ -84,7 +174,8 @@ def run_plan(
         ),
         ("optimizer steps", f"{total_steps} planned ({steps_per_epoch} per epoch; {limits})"),
         ("clip", f"max grad norm {clip:g}, after backward" if clip else "off (norms still logged)"),
-        ("checkpoints", "none"),
+        ("checkpoints", checkpoint_plan(config, run_dir)),
+        *([("resumed from", resumed_from)] if resumed_from else []),
         ("run dir", str(run_dir)),
         ("watch", f"tensorboard --logdir {run_dir}"),
     ]
@@ -101,43 +192,39 @@ def record_split(run_dir: Path, train_set: Any, val_set: Any) -> None:
 
 
 def train(config: dict, run_dir: Path, build: Callable[..., Any]) -> float | None:
-    """Run one experiment; return the best validation loss (what sweepers minimise)."""
+    """Run one experiment; return the best value of the monitored metric (what sweepers optimise)."""
+    resume_path = Path(config["resume"]) if config["resume"] else None
+    checkpoint = load_checkpoint(resume_path) if resume_path else None
+    if checkpoint is not None:
+        check_resume_compatible(checkpoint["config"], config, resume_path)
     device = resolve_device(config["device"])
-    seed = draw_seed() if config["seed"] is None else config["seed"]
+    if checkpoint is not None:
+        seed = checkpoint["seed"]
+    else:
+        seed = draw_seed() if config["seed"] is None else config["seed"]
     seed_everything(seed, config["deterministic"])
     precision = resolve_precision(config["precision"], device)
 
-    model = build_component(build, "model", config["model"])
-    if not isinstance(model, torch.nn.Module):
-        raise ConfigError(
-            f"model._target_={config['model']['_target_']} built a {type(model).__name__}, "
-            "not a torch.nn.Module"
-        )
-    model = model.to(device)
-    datasets = build_component(build, "data.dataset", config["data"]["dataset"])
-    if not (isinstance(datasets, tuple | list) and len(datasets) == 2):
-        raise ConfigError(
-            f"data.dataset._target_={config['data']['dataset']['_target_']} must return "
-            "(train_dataset, val_dataset)"
-        )
-    train_set, val_set = datasets
-    loss_fn = build_component(build, "loss", config["loss"])
+    parts = build_model_and_data(config, build, device)
+    model = parts.model
     optimizer = build_component(build, "optimizer", config["optimizer"], model.parameters())
-
     data = config["data"]
     train_loader, val_loader, train_sampler = make_loaders(
-        train_set, val_set, data["batch_size"], data["shuffle"], data["num_workers"], seed,
+        parts.train_set, parts.val_set, data["batch_size"], data["shuffle"], data["num_workers"], seed,
         pin_memory=device.type == "cuda",
     )  # fmt: skip
     settings = loop_settings(config)
     total_steps = planned_steps(settings, len(train_loader))
-    scheduler_config = config["scheduler"]
-    scheduler = build_scheduler(optimizer, total_steps=total_steps, **scheduler_config)
+    scheduler = build_scheduler(optimizer, total_steps=total_steps, **config["scheduler"])
+    state = TrainState()
+    if checkpoint is not None:
+        state = restore_training(checkpoint, resume_path, model, optimizer, scheduler, precision.scaler)
 
-    # Everything is built: from here on the run writes into its directory.
+    # Everything is built and loaded: from here on the run writes into its directory.
+    resumed_from = f"{resume_path} (step {state.step}, epoch {state.epoch})" if checkpoint else None
     plan = run_plan(
         config, device, precision, seed, total_steps,
-        math.ceil(len(train_loader) / settings.micro_batches_per_step), run_dir,
+        math.ceil(len(train_loader) / settings.micro_batches_per_step), run_dir, resumed_from,
     )  # fmt: skip
     log.info(plan)
     runtime = {
@@ -152,21 +239,55 @@ def train(config: dict, run_dir: Path, build: Callable[..., Any]) -> float | Non
         "torch_version": str(torch.__version__),
     }
     (run_dir / "run.yaml").write_text(yaml.safe_dump({**config, "runtime": runtime}, sort_keys=False))
-    record_split(run_dir, train_set, val_set)
-    logger = TensorBoardLogger(run_dir)
-    logger.log_text("run/plan", plan)
-    try:
-        state = fit(
-            model, optimizer, scheduler, loss_fn, train_loader, train_sampler, val_loader,
-            device, precision, settings, logger,
+    record_split(run_dir, parts.train_set, parts.val_set)
+    label_mapping = getattr(parts.train_set, "classes", None)
+    if config["checkpoint"]["enabled"]:
+        checkpointer = PeriodicCheckpointer(
+            run_dir / CHECKPOINT_DIR,
+            lambda state: checkpoint_payload(
+                state, model, optimizer, scheduler, precision.scaler, config, seed, label_mapping
+            ),
+            config["checkpoint"]["every_n_steps"],
+            config["checkpoint"]["every_n_epochs"],
+            config["checkpoint"]["keep_last"],
+            config["checkpoint"]["save_best"],
         )  # fmt: skip
+    else:
+        checkpointer = NoCheckpoints()
+    # Events past the checkpoint's step belong to the lost future of the interrupted run.
+    logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
+    logger.log_text("run/plan", plan)
+    if checkpoint is not None:
+        restore_rng_states(checkpoint["rng_states"])
+    try:
+        with GracefulStop() as stop:
+            state = fit(
+                model, optimizer, scheduler, parts.loss_fn, train_loader, train_sampler, val_loader,
+                device, precision, settings, logger, state, checkpointer, stop,
+            )  # fmt: skip
+        last = checkpointer.save_last(state) if isinstance(checkpointer, PeriodicCheckpointer) else None
     finally:
         logger.close()
-    summary = {"step": state.step, "epoch": state.epoch, **state.last_val}
-    log.info(
-        "done: %s | best val/loss %s at step %s",
-        " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()),
-        f"{state.best_val_loss:.4g}" if state.best_val_loss is not None else "n/a",
-        state.best_val_step,
-    )
-    return state.best_val_loss
+    report_end(state, checkpointer, last, run_dir)
+    if state.stopped_by_signal is not None:
+        raise SystemExit(128 + state.stopped_by_signal)
+    return state.best_val
+
+
+def report_end(state: TrainState, checkpointer: Any, last: Path | None, run_dir: Path) -> None:
+    if isinstance(checkpointer, PeriodicCheckpointer) and checkpointer.save_seconds:
+        pauses = checkpointer.save_seconds
+        log.info(
+            "checkpoints: %d saves, pause per save median %.1f ms, max %.1f ms",
+            len(pauses), 1000 * statistics.median(pauses), 1000 * max(pauses),
+        )  # fmt: skip
+    if state.stopped_by_signal is not None:
+        name = signal.Signals(state.stopped_by_signal).name
+        saved = f"saved {last}" if last else "nothing saved (checkpoint.enabled=false)"
+        log.warning("stopped by %s at step %d; %s", name, state.step, saved)
+        if last:
+            log.warning("resume with: python -m runner train resume=%s", run_dir)
+        return
+    metrics = " ".join(f"{name}={value:.4g}" for name, value in state.last_val.items())
+    best = f"{state.best_val:.4g} at step {state.best_val_step}" if state.best_val is not None else "n/a"
+    log.info("done: step=%d epoch=%d %s | best %s", state.step, state.epoch, metrics, best)

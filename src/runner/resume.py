@@ -1,0 +1,64 @@
+"""Finding the checkpoint a ``resume=`` names, and the run it belongs to."""
+
+import sys
+from pathlib import Path
+
+import yaml
+
+from runner.checkpoints import CHECKPOINT_DIR, CheckpointError, checkpoint_files, load_checkpoint
+from runner.checks import ConfigError
+
+
+def newest_valid(candidates: list[Path], request: str) -> Path | None:
+    """The first candidate that loads; each one skipped is reported."""
+    for path in candidates:
+        try:
+            load_checkpoint(path)
+            return path
+        except CheckpointError as error:
+            print(f"runner: warning: resume={request}: skipping {error}", file=sys.stderr)
+    return None
+
+
+def locate_checkpoint(request: str, outputs_dir: Path) -> Path:
+    """``latest`` (newest valid checkpoint of any run under ``outputs_dir``), a run directory (its
+    newest valid checkpoint) or a checkpoint file (which must be valid)."""
+    if request == "latest":
+        candidates = sorted(
+            (p for p in outputs_dir.glob(f"**/{CHECKPOINT_DIR}/*.pt") if not p.name.startswith(".")),
+            key=lambda path: path.stat().st_mtime_ns,
+            reverse=True,
+        )
+        found = newest_valid(candidates, request)
+        if found is None:
+            raise ConfigError(f"resume=latest: no valid checkpoint under {outputs_dir}")
+        return found.resolve()
+    path = Path(request).expanduser()
+    if path.is_dir():
+        folder = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
+        found = newest_valid(checkpoint_files(folder), request)
+        if found is None:
+            raise ConfigError(f"resume={request}: no valid checkpoint in {folder}")
+        return found.resolve()
+    if path.is_file():
+        load_checkpoint(path)
+        return path.resolve()
+    raise ConfigError(f"resume={request}: no such checkpoint file or run directory")
+
+
+def original_overrides(run_dir: Path) -> list[str]:
+    """The command-line overrides the run was started with (and Hydra's search path), so a resume
+    needs none of them repeated."""
+    record = run_dir / ".hydra"
+    if not (record / "overrides.yaml").is_file():
+        raise ConfigError(
+            f"resume: {run_dir} is not a runner run directory (no .hydra/overrides.yaml); "
+            f"checkpoints are resumed from <run dir>/{CHECKPOINT_DIR}/"
+        )
+    overrides = yaml.safe_load((record / "overrides.yaml").read_text()) or []
+    hydra_record = (
+        yaml.safe_load((record / "hydra.yaml").read_text()) if (record / "hydra.yaml").is_file() else {}
+    )
+    hydra_overrides = hydra_record.get("hydra", {}).get("overrides", {}).get("hydra", []) or []
+    searchpath = [o for o in hydra_overrides if o.startswith("hydra.searchpath=")]
+    return [o for o in overrides if not o.startswith("resume=")] + searchpath

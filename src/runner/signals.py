@@ -1,0 +1,35 @@
+"""Preemption: SIGTERM or SIGINT asks the run to stop at the next optimizer-step boundary."""
+
+import os
+import signal
+from types import FrameType
+
+
+class GracefulStop:
+    """While active, the first SIGTERM/SIGINT only sets ``signal_number``; the loop saves and
+    exits at the next step boundary. A second SIGINT aborts at once."""
+
+    def __init__(self) -> None:
+        self.signal_number: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, number: int, frame: FrameType | None) -> None:
+        if self.signal_number == signal.SIGINT and number == signal.SIGINT:
+            raise KeyboardInterrupt
+        if self.signal_number is None:
+            self.signal_number = number
+            name = signal.Signals(number).name
+            os.write(
+                2,
+                f"runner: {name} received: saving at the next step boundary, then exiting "
+                "(Ctrl-C again aborts at once)\n".encode(),
+            )
+
+    def __enter__(self) -> "GracefulStop":
+        for number in (signal.SIGTERM, signal.SIGINT):
+            self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)

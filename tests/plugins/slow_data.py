@@ -1,0 +1,25 @@
+"""Test-only data: the built-in regression, slowed down so a test can signal a run mid-training."""
+
+import time
+
+from torch.utils.data import Dataset
+
+from runner.data import make_classification
+
+
+class Slow(Dataset):
+    def __init__(self, inner: Dataset, seconds_per_item: float) -> None:
+        self.inner = inner
+        self.seconds_per_item = seconds_per_item
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: int):
+        time.sleep(self.seconds_per_item)
+        return self.inner[index]
+
+
+def slow_classification(seconds_per_item: float = 0.001, **kwargs):
+    train, val = make_classification(**kwargs)
+    return Slow(train, seconds_per_item), val
