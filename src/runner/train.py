@@ -135,8 +135,11 @@ def checkpoint_plan(config: dict, run_dir: Path) -> str:
     policy = config["checkpoint"]
     if not policy["enabled"]:
         return "none (checkpoint.enabled=false: a stopped run cannot be resumed)"
+    units = {"every_n_steps": "step", "every_n_epochs": "epoch"}
     cadence = [
-        f"every {policy[k]} {k.split('_')[-1]}" for k in ("every_n_steps", "every_n_epochs") if policy[k]
+        f"every {unit}" if policy[key] == 1 else f"every {policy[key]} {unit}s"
+        for key, unit in units.items()
+        if policy[key]
     ]
     best = f", best.pt on {policy['monitor']} ({policy['mode']})" if policy["save_best"] else ""
     return (
