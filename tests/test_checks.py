@@ -53,6 +53,9 @@ def _config(**changes):
         "model": {"_target_": "m"}, "optimizer": {"_target_": "o", "lr": 0.1},
         "scheduler": {"name": "none", "warmup_steps": 0, "min_lr": 0.0, "step_size": 1, "gamma": 0.1},
         "loss": {"_target_": "l"},
+        "checkpoint": {"enabled": True, "every_n_steps": None, "every_n_epochs": 1, "keep_last": 2,
+                       "monitor": "val/loss", "mode": "min", "save_best": True},
+        "resume": None,
     }  # fmt: skip
     for key, value in changes.items():
         section, _, leaf = key.rpartition("__")
@@ -68,3 +71,5 @@ def test_composed_config_is_checked_as_a_whole():
         validate_config(_config(trainer__max_epochs=None))
     with pytest.raises(ConfigError, match=r"loss\._target_ is not set"):
         validate_config(_config(loss=None))
+    with pytest.raises(ConfigError, match=r"set checkpoint\.mode=max"):
+        validate_config(_config(checkpoint__monitor="val/acc"))

@@ -6,6 +6,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -47,13 +48,21 @@ class TrainState:
 class Checkpointer(Protocol):
     """Decides by itself when to save; the loop calls it at fixed points."""
 
+    save_seconds: list[float]  # the loop's pause per save
+
     def after_step(self, state: TrainState) -> None: ...
     def after_epoch(self, state: TrainState) -> None: ...
     def after_validation(self, state: TrainState, improved: bool) -> None: ...
+    def save_last(self, state: TrainState) -> Path | None: ...
 
 
 class NoCheckpoints:
-    """``checkpoint=none``: every call does nothing."""
+    """``checkpoint.enabled=false``: every call does nothing."""
+
+    save_seconds: list[float] = []  # noqa: RUF012 (never appended to)
+
+    def save_last(self, state: TrainState) -> None:
+        return None
 
     def after_step(self, state: TrainState) -> None:
         pass

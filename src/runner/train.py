@@ -30,7 +30,7 @@ from runner.checkpoints import (
 from runner.checks import ConfigError, show
 from runner.data.loading import make_loaders
 from runner.device import resolve_device
-from runner.engine import LoopSettings, NoCheckpoints, TrainState, fit, planned_steps
+from runner.engine import Checkpointer, LoopSettings, NoCheckpoints, TrainState, fit, planned_steps
 from runner.metrics import TensorBoardLogger
 from runner.precision import Precision, resolve_precision
 from runner.schedules import build_scheduler
@@ -244,6 +244,7 @@ def train(config: dict, run_dir: Path, build: Callable[..., Any]) -> float | Non
     (run_dir / "run.yaml").write_text(yaml.safe_dump({**config, "runtime": runtime}, sort_keys=False))
     record_split(run_dir, parts.train_set, parts.val_set)
     label_mapping = getattr(parts.train_set, "classes", None)
+    checkpointer: Checkpointer = NoCheckpoints()
     if config["checkpoint"]["enabled"]:
         checkpointer = PeriodicCheckpointer(
             run_dir / CHECKPOINT_DIR,
@@ -255,20 +256,18 @@ def train(config: dict, run_dir: Path, build: Callable[..., Any]) -> float | Non
             config["checkpoint"]["keep_last"],
             config["checkpoint"]["save_best"],
         )  # fmt: skip
-    else:
-        checkpointer = NoCheckpoints()
     # Events past the checkpoint's step belong to the lost future of the interrupted run.
     logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
     logger.log_text("run/plan", plan)
     if checkpoint is not None:
         restore_rng_states(checkpoint["rng_states"])
     try:
-        with GracefulStop() as stop:
+        with GracefulStop() as stop:  # also covers the last save: a second Ctrl-C aborts it
             state = fit(
                 model, optimizer, scheduler, parts.loss_fn, train_loader, train_sampler, val_loader,
                 device, precision, settings, logger, state, checkpointer, stop,
             )  # fmt: skip
-        last = checkpointer.save_last(state) if isinstance(checkpointer, PeriodicCheckpointer) else None
+            last = checkpointer.save_last(state)
     finally:
         logger.close()
     report_end(state, checkpointer, last, run_dir)
@@ -277,8 +276,8 @@ def train(config: dict, run_dir: Path, build: Callable[..., Any]) -> float | Non
     return state.best_val
 
 
-def report_end(state: TrainState, checkpointer: Any, last: Path | None, run_dir: Path) -> None:
-    if isinstance(checkpointer, PeriodicCheckpointer) and checkpointer.save_seconds:
+def report_end(state: TrainState, checkpointer: Checkpointer, last: Path | None, run_dir: Path) -> None:
+    if checkpointer.save_seconds:
         pauses = checkpointer.save_seconds
         log.info(
             "checkpoints: %d saves, pause per save median %.1f ms, max %.1f ms",

@@ -1,0 +1,70 @@
+"""Checkpoint format, durability and safe loading, in-process."""
+
+import math
+import pickle
+
+import pytest
+import torch
+from torch import nn
+
+from runner.checkpointing import PeriodicCheckpointer
+from runner.checkpoints import CheckpointError, atomic_save, check_state_dict_fits, load_checkpoint
+from runner.engine import TrainState, improves
+
+
+class FailsToPickle:
+    def __reduce__(self):
+        raise pickle.PicklingError("refusing to pickle")
+
+
+def test_failed_write_leaves_the_previous_file_whole(tmp_path):
+    path = tmp_path / "last.pt"
+    atomic_save({"weights": torch.arange(4)}, path)
+    before = path.read_bytes()
+    with pytest.raises(pickle.PicklingError):
+        atomic_save({"weights": torch.arange(8), "bad": FailsToPickle()}, path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary left behind
+
+
+def test_periodic_files_are_pruned_only_to_keep_last(tmp_path):
+    checkpointer = PeriodicCheckpointer(
+        tmp_path, lambda state: {"global_step": state.step}, every_n_steps=2, every_n_epochs=None,
+        keep_last=2, save_best=True,
+    )  # fmt: skip
+    for step in range(1, 8):
+        state = TrainState(step=step)
+        checkpointer.after_step(state)
+        checkpointer.after_validation(state, improved=step == 3)
+    checkpointer.save_last(TrainState(step=7))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "best.pt", "last.pt", "step_00000004.pt", "step_00000006.pt",
+    ]  # fmt: skip
+    assert torch.load(tmp_path / "best.pt")["global_step"] == 3
+    assert len(checkpointer.save_seconds) == 5
+
+
+def test_nan_never_counts_as_best():
+    assert not improves(math.nan, None, "min")
+    assert not improves(math.nan, 1.0, "max")
+    assert improves(0.5, 1.0, "min") and not improves(1.5, 1.0, "min")
+    assert improves(0.9, 0.8, "max")
+
+
+def test_shape_and_key_mismatches_are_named(tmp_path):
+    saved = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).state_dict()
+    other = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2), nn.Linear(2, 2))
+    with pytest.raises(CheckpointError) as error:
+        check_state_dict_fits(other, saved, tmp_path / "x.pt")
+    message = str(error.value)
+    assert "missing keys: 3.weight, 3.bias" in message
+    assert "shape mismatches: 0.weight (checkpoint [8, 4], model [16, 4])" in message
+    assert "state_dict().keys()" in message
+
+
+def test_truncated_file_is_named(tmp_path):
+    path = tmp_path / "step.pt"
+    torch.save({"model_state_dict": {"w": torch.zeros(1000)}}, path)
+    path.write_bytes(path.read_bytes()[:300])
+    with pytest.raises(CheckpointError, match=r"step\.pt is truncated or corrupted"):
+        load_checkpoint(path)

@@ -1,0 +1,228 @@
+"""Checkpoints, resume and preemption through real training subprocesses."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, read_scalars, run_cli
+
+from runner.models import mlp
+
+PLUGINS = str(REPO / "tests" / "plugins")
+ENV = {"PYTHONPATH": PLUGINS + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+# 100 samples in batches of 8: 13 micro-batches (the last one short), 7 optimizer steps per epoch with
+# accumulate=2 (the last window short); 30 steps end mid-epoch. Dropout makes the RNG state matter.
+SLOW_RUN = (
+    "data=classification", "data.dataset._target_=slow_data.slow_classification",
+    "+data.dataset.seconds_per_item=0.002", "data.dataset.num_train=100", "data.dataset.num_val=40",
+    "data.batch_size=8", "accumulate=2", "model.dropout=0.2", "trainer.max_steps=30",
+    "trainer.log_every_n_steps=1", "trainer.val_every_n_steps=5", "checkpoint.every_n_steps=1",
+    "checkpoint.keep_last=100", "seed=5",
+)  # fmt: skip
+
+
+def start(run_dir: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner", "train", *SLOW_RUN, *extra, f"hydra.run.dir={run_dir}"],
+        cwd=run_dir.parent, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def wait_for_checkpoint(run_dir: Path, step: int, process: subprocess.Popen, timeout: float = 120) -> None:
+    target = run_dir / "checkpoints" / f"step_{step:08d}.pt"
+    deadline = time.monotonic() + timeout
+    while not target.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+
+
+def final_states(run_dir: Path) -> dict:
+    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+
+
+def assert_same_run(resumed: Path, reference: Path) -> None:
+    a, b = final_states(resumed), final_states(reference)
+    assert a["global_step"] == b["global_step"] == 30
+    for key, tensor in b["model_state_dict"].items():
+        assert torch.equal(a["model_state_dict"][key], tensor), key
+    for index, values in b["optimizer_state_dict"]["state"].items():
+        for name, value in values.items():
+            assert torch.equal(a["optimizer_state_dict"]["state"][index][name], value)
+    resumed_scalars, reference_scalars = read_scalars(resumed), read_scalars(reference)
+    for tag in ("train/loss", "train/grad_norm", "train/lr", "val/loss", "val/acc"):
+        assert resumed_scalars[tag] == reference_scalars[tag], tag  # no duplicated, no missing steps
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    run_dir.parent.mkdir(exist_ok=True)
+    process = start(run_dir)
+    _, err = process.communicate(timeout=240)
+    assert process.returncode == 0, err
+    return run_dir
+
+
+def test_sigkill_at_a_random_step_then_resume_is_bit_identical(tmp_path, reference_run):
+    run_dir = tmp_path / "run"
+    kill_step = random.randint(3, 26)
+    process = start(run_dir)
+    wait_for_checkpoint(run_dir, kill_step, process)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (run_dir / "checkpoints" / "last.pt").exists()
+
+    result = run_cli("train", f"resume={run_dir}", cwd=tmp_path, env=ENV)
+    assert result.returncode == 0, result.stderr
+    assert "resumed from" in result.stdout
+    assert_same_run(run_dir, reference_run)
+
+
+@pytest.mark.parametrize(("signal_number", "exit_code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_saves_at_a_step_boundary_and_resume_finishes_the_run(
+    tmp_path, reference_run, signal_number, exit_code
+):
+    run_dir = tmp_path / "run"
+    process = start(run_dir)
+    wait_for_checkpoint(run_dir, 10, process)
+    process.send_signal(signal_number)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == exit_code, err
+    assert f"resume with: python -m runner train resume={run_dir}" in out
+    saved = final_states(run_dir)
+    assert 10 <= saved["global_step"] < 30
+    logged = read_scalars(run_dir)["train/loss"]
+    assert logged[-1][0] == saved["global_step"]  # TensorBoard was flushed up to the saved step
+
+    result = run_cli("train", f"resume={run_dir}", cwd=tmp_path, env=ENV)
+    assert result.returncode == 0, result.stderr
+    assert_same_run(run_dir, reference_run)
+
+
+def test_second_sigint_aborts_at_once(tmp_path):
+    run_dir = tmp_path / "run"
+    process = start(run_dir, "++data.dataset.seconds_per_item=0.05")
+    wait_for_checkpoint(run_dir, 2, process)
+    time.sleep(0.2)  # inside step 3, which takes about 0.8 s: both signals arrive before it ends
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "runner: aborted" in err
+    assert "Traceback" not in err
+    assert not (run_dir / "checkpoints" / "last.pt").exists()
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    result = run_cli(
+        "train", "data=classification", "data.dataset.num_train=64", "data.dataset.num_val=32",
+        "data.batch_size=16", "trainer.max_epochs=3", f"hydra.run.dir={run_dir}", cwd=run_dir.parent,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return run_dir
+
+
+def test_checkpoint_has_the_seed_keys_and_the_seed_restore_code_works(finished_run):
+    checkpoint = torch.load(finished_run / "checkpoints" / "last.pt", map_location="cpu")  # the seed's code
+    for key in ("model_state_dict", "optimizer_state_dict", "epoch", "best_val", "scheduler_state_dict",
+                "scaler_state_dict", "global_step", "batches_done_in_epoch", "micro_batches_done_in_window",
+                "rng_states", "config", "label_mapping", "versions"):  # fmt: skip
+        assert key in checkpoint, key
+    assert checkpoint["epoch"] == 3 and checkpoint["global_step"] == 12
+    assert checkpoint["label_mapping"] == ["class_0", "class_1", "class_2", "class_3"]
+    assert checkpoint["config"]["optimizer"]["_target_"] == "torch.optim.Adam"
+    new_model = mlp([20], 4, hidden=[64])
+    new_optimizer = torch.optim.Adam(new_model.parameters(), lr=0.001)
+    new_model.load_state_dict(checkpoint["model_state_dict"])
+    new_optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
+    names = sorted(p.name for p in (finished_run / "checkpoints").iterdir())
+    assert names == ["best.pt", "last.pt", "step_00000008.pt", "step_00000012.pt"]
+
+
+def test_eval_prints_the_checkpoints_validation_metrics(finished_run, tmp_path):
+    result = run_cli("eval", f"ckpt={finished_run / 'checkpoints' / 'last.pt'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "step 12 epoch 3 val/loss" in result.stdout and "val/acc" in result.stdout
+    logged_val_loss = read_scalars(finished_run)["val/loss"][-1][1]
+    printed = float(result.stdout.split("val/loss ")[1].split()[0])
+    assert printed == pytest.approx(logged_val_loss, rel=1e-5)
+
+
+def test_resume_refuses_changed_math_and_accepts_a_longer_run(finished_run, tmp_path):
+    changed = run_cli("train", f"resume={finished_run}", "optimizer.lr=0.5", cwd=tmp_path)
+    assert changed.returncode == 2
+    assert "optimizer.lr (0.001 -> 0.5)" in changed.stderr and "would change its math" in changed.stderr
+
+    reshaped = run_cli("train", f"resume={finished_run}", "model.hidden=[32]", cwd=tmp_path)
+    assert reshaped.returncode == 2
+    assert "shape mismatches: 1.weight (checkpoint [64, 20], model [32, 20])" in reshaped.stderr
+    assert "Traceback" not in reshaped.stderr + changed.stderr
+
+    longer = run_cli("train", f"resume={finished_run}", "trainer.max_epochs=4", cwd=tmp_path)
+    assert longer.returncode == 0, longer.stderr
+    assert torch.load(finished_run / "checkpoints" / "last.pt")["global_step"] == 16
+    assert [step for step, _ in read_scalars(finished_run)["val/loss"]] == [4, 8, 12, 16]
+    assert (finished_run / ".hydra" / "overrides.yaml").exists()  # the original record is kept
+
+
+def test_corrupted_checkpoints(tmp_path):
+    run_dir = tmp_path / "outputs" / "day" / "run"
+    result = run_cli(
+        "train", "data=classification", "data.dataset.num_train=64", "data.batch_size=16",
+        "trainer.max_epochs=2", f"hydra.run.dir={run_dir}", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    last = run_dir / "checkpoints" / "last.pt"
+    last.write_bytes(last.read_bytes()[:1000])
+    direct = run_cli("train", f"resume={last}", cwd=tmp_path)
+    assert direct.returncode == 2
+    assert f"checkpoint {last} is truncated or corrupted" in direct.stderr
+
+    latest = run_cli("train", "resume=latest", "trainer.max_epochs=3", cwd=tmp_path)
+    assert latest.returncode == 0, latest.stderr
+    assert f"skipping checkpoint {last} is truncated" in latest.stderr
+    assert "resumed from" in latest.stdout and "step_00000008.pt" in latest.stdout
+
+
+class WritesAFile:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_pickled_code_in_a_checkpoint_is_refused_and_never_runs(tmp_path):
+    marker = tmp_path / "code-ran"
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "overrides.yaml").write_text("[]\n")
+    evil = run_dir / "checkpoints" / "last.pt"
+    torch.save({"model_state_dict": WritesAFile(marker), "optimizer_state_dict": {}, "epoch": 1,
+                "best_val": 0.1, "global_step": 1}, evil)  # fmt: skip
+    for command in (("train", f"resume={evil}"), ("eval", f"ckpt={evil}")):
+        result = run_cli(*command, cwd=tmp_path)
+        assert result.returncode == 2
+        assert f"checkpoint {evil} was refused" in result.stderr
+        assert "weights_only" in result.stderr
+        assert not marker.exists()
+
+
+def test_checkpoint_none_writes_nothing(tmp_path, run_dir):
+    result = run_cli("train", "checkpoint=none", "data=classification", "trainer.max_steps=3",
+                     f"hydra.run.dir={run_dir}", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert not (run_dir / "checkpoints").exists()
+    assert "checkpoints      none" in result.stdout
