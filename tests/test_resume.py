@@ -226,3 +226,20 @@ def test_checkpoint_none_writes_nothing(tmp_path, run_dir):
     assert result.returncode == 0, result.stderr
     assert not (run_dir / "checkpoints").exists()
     assert "checkpoints      none" in result.stdout
+
+
+def test_validation_at_an_epoch_end_saves_the_next_epoch_position(tmp_path, run_dir):
+    """best.pt written by a step-cadence validation on an epoch's last step must point at the start
+    of the next epoch, so resuming from it continues (and does not replay an empty epoch forever)."""
+    common = ("data=classification", "data.dataset.num_train=64", "data.batch_size=16",
+              "trainer.val_every_n_steps=4", "trainer.val_every_n_epochs=null")  # fmt: skip
+    result = run_cli("train", *common, "trainer.max_steps=8", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    best = torch.load(run_dir / "checkpoints" / "best.pt")
+    assert best["global_step"] in (4, 8)
+    assert best["batches_done_in_epoch"] == 0 and best["epoch"] == best["global_step"] // 4
+
+    best_path = run_dir / "checkpoints" / "best.pt"
+    resumed = run_cli("train", f"resume={best_path}", "trainer.max_steps=12", cwd=tmp_path, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert torch.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 12

@@ -1,18 +1,38 @@
-"""Checkpoint policy: when to save, what to keep. The engine calls it at fixed points; it decides."""
+"""Checkpoint policy: when to save, what to keep. The engine calls it at fixed points; it decides.
 
+Saving pauses the loop only to copy the state; the file is written by a background thread. Saves
+of one moment (best.pt and step_N.pt) share one copy, and a new copy waits for the previous writes,
+so memory holds at most one extra copy of the state.
+"""
+
+import copy
 import logging
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from runner.checkpoints import atomic_save
 from runner.engine import TrainState
 
 log = logging.getLogger("runner")
 PERIODIC_NAME = re.compile(r"step_(\d+)\.pt")
+
+
+def snapshot(value: Any) -> Any:
+    """A copy that training can no longer change: every tensor cloned to the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: snapshot(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(snapshot(item) for item in value)
+    return value
 
 
 @dataclass
@@ -27,7 +47,12 @@ class PeriodicCheckpointer:
     keep_last: int
     save_best: bool
     save_seconds: list[float] = field(default_factory=list)  # the loop's pause per save
+    write_seconds: list[float] = field(default_factory=list)  # each background write
     last_saved_step: int | None = None
+    _writer: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=1))
+    _in_flight: list[Future] = field(default_factory=list)
+    _snapshot: dict[str, Any] = field(default_factory=dict)
+    _snapshot_of: TrainState | None = None
 
     def __post_init__(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -45,21 +70,40 @@ class PeriodicCheckpointer:
             self.save(state, "best.pt")
 
     def save_last(self, state: TrainState) -> Path:
-        return self.save(state, "last.pt")
+        """Written before returning: the run is about to end."""
+        path = self.save(state, "last.pt")
+        self.wait()
+        return path
 
     def save_periodic(self, state: TrainState) -> None:
         if self.last_saved_step == state.step:
             return
-        self.save(state, f"step_{state.step:08d}.pt")
+        self.save(state, f"step_{state.step:08d}.pt", prune=True)
         self.last_saved_step = state.step
-        self.prune()
 
-    def save(self, state: TrainState, name: str) -> Path:
+    def save(self, state: TrainState, name: str, prune: bool = False) -> Path:
         started = time.perf_counter()
+        if state != self._snapshot_of:  # best.pt and step_N.pt of one moment share one copy
+            self.wait()
+            self._snapshot = snapshot(self.payload(state))
+            self._snapshot_of = copy.deepcopy(state)
         path = self.folder / name
-        atomic_save(self.payload(state), path)
+        self._in_flight.append(self._writer.submit(self._write, self._snapshot, path, prune))
         self.save_seconds.append(time.perf_counter() - started)
         return path
+
+    def wait(self) -> None:
+        """Finish the saves in flight; a failed write (a full disk) is raised here."""
+        in_flight, self._in_flight = self._in_flight, []
+        for future in in_flight:
+            future.result()
+
+    def _write(self, payload: dict[str, Any], path: Path, prune: bool) -> None:
+        started = time.perf_counter()
+        atomic_save(payload, path)
+        if prune:
+            self.prune()
+        self.write_seconds.append(time.perf_counter() - started)
 
     def prune(self) -> None:
         """Only after the new file is safely in place: drop all but the newest ``keep_last``."""

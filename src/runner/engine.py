@@ -249,16 +249,17 @@ def fit(
                 logger.log_scalars(state.step, scalars)
                 progress.update(state.step, scalars)
 
-            if settings.val_every_n_steps and state.step % settings.val_every_n_steps == 0:
-                validate()
-            if state.batches_done_in_epoch == micro_batches_per_epoch:
+            epoch_ended = state.batches_done_in_epoch == micro_batches_per_epoch
+            if epoch_ended:
                 state.epoch += 1
                 state.batches_done_in_epoch = 0
-                epoch_validates = settings.val_every_n_epochs and (
-                    state.epoch % settings.val_every_n_epochs == 0
-                )
-                if epoch_validates and validated_at_step != state.step:
-                    validate()
+            step_validates = settings.val_every_n_steps and state.step % settings.val_every_n_steps == 0
+            epoch_validates = (
+                epoch_ended and settings.val_every_n_epochs and state.epoch % settings.val_every_n_epochs == 0
+            )
+            if step_validates or epoch_validates:
+                validate()
+            if epoch_ended:
                 checkpointer.after_epoch(state)
             checkpointer.after_step(state)
             if stop is not None and stop.signal_number is not None:

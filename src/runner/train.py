@@ -279,9 +279,12 @@ def train(config: dict, run_dir: Path, build: Callable[..., Any]) -> float | Non
 def report_end(state: TrainState, checkpointer: Checkpointer, last: Path | None, run_dir: Path) -> None:
     if checkpointer.save_seconds:
         pauses = checkpointer.save_seconds
+        writes = getattr(checkpointer, "write_seconds", None) or [0.0]
         log.info(
-            "checkpoints: %d saves, pause per save median %.1f ms, max %.1f ms",
+            "checkpoints: %d saves; training paused %.1f ms per save (median, max %.1f ms), "
+            "writing took %.1f ms (median) in the background",
             len(pauses), 1000 * statistics.median(pauses), 1000 * max(pauses),
+            1000 * statistics.median(writes),
         )  # fmt: skip
     if state.stopped_by_signal is not None:
         name = signal.Signals(state.stopped_by_signal).name
