@@ -87,7 +87,9 @@ def test_null_seed_is_drawn_and_recorded(tmp_path, run_dir):
 def test_same_seed_same_run(tmp_path):
     losses = []
     for name in ("a", "b"):
-        result = run_cli("train", *TINY, "seed=3", f"hydra.run.dir={tmp_path / name}", cwd=tmp_path)
+        result = run_cli(
+            "train", *TINY, "seed=3", "deterministic=true", f"hydra.run.dir={tmp_path / name}", cwd=tmp_path
+        )
         assert result.returncode == 0, result.stderr
         losses.append(read_scalars(tmp_path / name)["train/loss"])
     assert losses[0] == losses[1]

@@ -3,6 +3,8 @@
 import copy
 import itertools
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +12,7 @@ from conftest import read_scalars
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+import runner
 from runner.data.loading import make_loaders
 from runner.engine import LoopSettings, evaluate, fit
 from runner.metrics import TensorBoardLogger
@@ -176,3 +179,37 @@ def test_cosine_schedule_with_warmup_is_stepped_per_optimizer_step():
     assert lrs[2] == pytest.approx(1.0)
     assert lrs[-1] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 7 / 8)))
     assert all(a >= b for a, b in itertools.pairwise(lrs[2:]))
+
+
+def test_no_host_reads_between_log_steps(tmp_path, monkeypatch):
+    """Losses and grad norms stay on the device: every read-back by runner's code (``.item()``,
+    ``.tolist()``, ``.cpu()``, ``float()``) happens on a log step or in validation, never on the steps
+    between. (torch's own reads of CPU-side counters, such as Adam's step, are not device syncs.)"""
+    reads = []
+    runner_code = str(Path(runner.__file__).parent)
+    for name in ("item", "tolist", "cpu", "__float__", "numpy"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *args, _original=original, _name=name, **kwargs):
+            if sys._getframe(1).f_code.co_filename.startswith(runner_code):
+                reads.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    dataset, model = tiny_problem(num_samples=80)
+    optimizer = make_optimizer("adam", model)
+    train_loader, val_loader, sampler = make_loaders(
+        dataset, dataset, 8, shuffle=False, num_workers=0, seed=0, pin_memory=False
+    )
+    settings = LoopSettings(
+        max_steps=20, max_epochs=None, micro_batches_per_step=2, clip_norm=1.0,
+        log_every_n_steps=5, val_every_n_epochs=None, val_every_n_steps=None,
+    )  # fmt: skip
+    scheduler = build_scheduler(optimizer, "cosine", 20, 2, 0.0, 1, 1.0)
+    logger = TensorBoardLogger(tmp_path)
+    reads_before_fit = len(reads)
+    fit(model, optimizer, scheduler, nn.MSELoss(), train_loader, sampler, val_loader, CPU,
+        resolve_precision("fp32", CPU), settings, logger)  # fmt: skip
+    logger.close()
+    # 4 log steps (5, 10, 15, 20) and the final validation: one batched read each.
+    assert reads[reads_before_fit:] == ["tolist"] * 5
