@@ -7,6 +7,7 @@ USAGE = """usage: python -m runner COMMAND [key=value ...] [hydra flags]
 commands:
   train    train the configured experiment (python -m runner train --help for the config)
   eval     validation metrics of a checkpoint: python -m runner eval ckpt=FILE [device=cpu]
+  report   summary table and plot of a sweep or run: python -m runner report DIR
 """
 
 
@@ -21,6 +22,10 @@ def main() -> None:
             from runner.app import main_train
 
             main_train(rest)
+        elif command == "report":
+            from runner.app import main_report
+
+            main_report(rest)
         elif command == "eval":
             from runner.app import main_eval
 

@@ -5,6 +5,8 @@ It checks the command line, composes and validates the config, builds the compon
 """
 
 import logging
+import math
+import secrets
 import sys
 import time
 from collections.abc import Sequence
@@ -16,6 +18,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -32,6 +35,9 @@ def config_dir() -> Path:
 
 
 CONFIG_DIR = config_dir()
+# A few random characters after the timestamp: runs and sweeps started in the same second get
+# their own directories. Cached like Hydra's own ${now:}, so every job of a sweep sees one value.
+OmegaConf.register_new_resolver("unique_suffix", lambda: secrets.token_hex(2), use_cache=True, replace=True)
 ConfigStore.instance().store(name="runner_schema", node=RunConfig)
 ConfigStore.instance().store(group="data", name="base_data", node=DataConfig)
 
@@ -96,15 +102,34 @@ def plain_config(cfg: DictConfig) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
 def hydra_train(cfg: DictConfig) -> float | None:
+    """One run, or one job of a sweep. A failed sweep job records its failure (traceback in its log,
+    ``result.json``) and returns NaN, so the other jobs and the sweep's summary still run."""
+    from runner.report import write_result
     from runner.train import train
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_config = HydraConfig.get()
+    run_dir = Path(hydra_config.runtime.output_dir)
+    in_sweep = hydra_config.mode == RunMode.MULTIRUN
+    swept_keys = [override_key(o) for o in hydra_config.overrides.task]
+    started = time.time()
     try:
         config = plain_config(cfg)
         validate_config(config)
-        return train(config, run_dir, build=hydra.utils.instantiate)
+        best = train(config, run_dir, build=hydra.utils.instantiate, hparam_keys=swept_keys)
     except UserError as error:
-        exit_with(error)
+        if not in_sweep:
+            exit_with(error)  # bad input writes nothing beyond Hydra's own files
+        write_result(run_dir, "failed", time.time() - started, error=str(error))
+        log.error("job failed: %s", error)
+        return math.nan
+    except Exception as error:
+        write_result(run_dir, "failed", time.time() - started, error=f"{type(error).__name__}: {error}")
+        if not in_sweep:
+            raise
+        log.exception("job failed")
+        return math.nan
+    write_result(run_dir, "ok", time.time() - started, best=best)
+    return best
 
 
 def exit_with(error: UserError) -> NoReturn:
@@ -168,3 +193,22 @@ def main_eval(arguments: Sequence[str]) -> None:
         exit_with(error)
     print(" ".join(f"{name} {value:.6g}" if isinstance(value, float) else f"{name} {value}"
                    for name, value in metrics.items()))  # fmt: skip
+
+
+def main_report(arguments: Sequence[str]) -> None:
+    """``python -m runner report DIR``: rebuild a sweep's (or a run's) summary from its files."""
+    from runner.report import write_summary
+
+    if len(arguments) != 1 or not Path(arguments[0]).is_dir():
+        exit_with(
+            ConfigError(
+                f"report takes one directory (a sweep or a run); got {' '.join(arguments) or 'nothing'}"
+            )
+        )
+    directory = Path(arguments[0])
+    try:
+        write_summary(directory)
+    except FileNotFoundError as error:
+        exit_with(ConfigError(str(error)))
+    print((directory / "summary.md").read_text(), end="")
+    print(f"wrote {directory / 'summary.csv'}, {directory / 'summary.md'}, {directory / 'summary.png'}")

@@ -4,9 +4,11 @@ The engine hands over device tensors; they are read (one host sync) only here, a
 """
 
 import logging
+import math
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
@@ -35,6 +37,11 @@ class TensorBoardLogger:
     def log_text(self, tag: str, text: str) -> None:
         # Indented four spaces, TensorBoard's markdown shows the text as a code block, lines intact.
         self.writer.add_text(tag, "\n".join("    " + line for line in text.splitlines()))
+
+    def log_hparams(self, step: int, hparams: Mapping[str, Any], metrics: Mapping[str, float | None]) -> None:
+        """Into this run itself (``run_name="."``), not a stray extra run; missing metrics as NaN."""
+        values = {name: math.nan if value is None else value for name, value in metrics.items()}
+        self.writer.add_hparams(dict(hparams), values, run_name=".", global_step=step)
 
     def flush(self) -> None:
         self.writer.flush()

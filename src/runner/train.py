@@ -9,7 +9,7 @@ import logging
 import math
 import signal
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,13 +47,17 @@ RESUMABLE_CHANGES = (
 
 
 def build_component(build: Callable[..., Any], key: str, spec: dict, *args: Any) -> Any:
-    """Build one ``_target_`` config, turning any failure into an error that names the key."""
+    """Build one ``_target_`` config. A target that cannot be imported or called with the config's
+    arguments is a one-line error naming the key; an error raised inside user code keeps its
+    traceback."""
     try:
         return build(spec, *args)
-    except Exception as error:  # an import or constructor failure in user code
+    except Exception as error:
         cause = error
         while cause.__cause__ is not None:  # Hydra wraps the error that says what went wrong
             cause = cause.__cause__
+        if not isinstance(cause, ImportError | AttributeError | TypeError):
+            raise cause from None
         reason = f"{type(cause).__name__}: {cause}".splitlines()[0]
         raise ConfigError(
             f"{key}._target_={show(spec.get('_target_'))} could not be built ({reason}); "
@@ -194,8 +198,29 @@ def record_split(run_dir: Path, train_set: Any, val_set: Any) -> None:
     (run_dir / "data_split.json").write_text(json.dumps(split))
 
 
-def train(config: dict, run_dir: Path, build: Callable[..., Any]) -> float | None:
-    """Run one experiment; return the best value of the monitored metric (what sweepers optimise)."""
+HPARAM_KEYS = (
+    "optimizer._target_", "optimizer.lr", "optimizer.weight_decay", "data.batch_size", "accumulate", "clip",
+    "precision", "seed", "model._target_",
+)  # fmt: skip
+
+
+def hparams_of(config: dict, keys: Sequence[str]) -> dict[str, Any]:
+    """The settings TensorBoard's HParams dashboard compares runs by."""
+    flat = flatten(config)
+    chosen = {}
+    for key in [*HPARAM_KEYS, *keys]:
+        value = flat.get(key)
+        chosen[key] = value if isinstance(value, int | float | str | bool) else show(value)
+    return chosen
+
+
+def train(
+    config: dict, run_dir: Path, build: Callable[..., Any], hparam_keys: Sequence[str] = ()
+) -> float | None:
+    """Run one experiment; return the best value of the monitored metric (what sweepers optimise).
+
+    ``hparam_keys``: settings recorded for TensorBoard's HParams dashboard besides the usual ones
+    (a sweep passes the keys it varies)."""
     resume_path = Path(config["resume"]) if config["resume"] else None
     checkpoint = load_checkpoint(resume_path) if resume_path else None
     if checkpoint is not None:
@@ -268,6 +293,18 @@ def train(config: dict, run_dir: Path, build: Callable[..., Any]) -> float | Non
                 device, precision, settings, logger, state, checkpointer, stop,
             )  # fmt: skip
             last = checkpointer.save_last(state)
+        monitor = config["checkpoint"]["monitor"]
+        logger.log_hparams(
+            state.step,
+            hparams_of(config, hparam_keys),
+            {
+                f"hparams/best_{monitor.replace('/', '_')}": state.best_val,
+                "hparams/final_train_loss": state.last_train_loss,
+                **{
+                    f"hparams/final_{name.replace('/', '_')}": value for name, value in state.last_val.items()
+                },
+            },
+        )
     finally:
         logger.close()
     report_end(state, checkpointer, last, run_dir)

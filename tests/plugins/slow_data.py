@@ -23,3 +23,10 @@ class Slow(Dataset):
 def slow_classification(seconds_per_item: float = 0.001, **kwargs):
     train, val = make_classification(**kwargs)
     return Slow(train, seconds_per_item), val
+
+
+def failing_classification(fail: bool = False, **kwargs):
+    """For sweeps with a deliberately failing job."""
+    if fail:
+        raise RuntimeError("deliberate failure for the test")
+    return make_classification(**kwargs)

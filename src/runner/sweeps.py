@@ -1,0 +1,33 @@
+"""The Hydra callback that summarises a sweep when it ends (the summary itself is in report.py)."""
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from runner.report import write_summary
+
+log = logging.getLogger("runner")
+
+
+class SweepSummary(Callback):
+    """Writes ``summary.csv``, ``summary.md`` and ``summary.png`` into the sweep directory, then
+    exits non-zero if any job failed (after every job has run)."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if not sweep_dir.is_dir():
+            return
+        runs = write_summary(sweep_dir)
+        log.info("sweep summary (%s):\n%s", sweep_dir / "summary.md", (sweep_dir / "summary.md").read_text())
+        failed = [run.name for run in runs if run.status == "failed"]
+        if failed:
+            log.error(
+                "%d of %d jobs failed (jobs %s); see their train.log",
+                len(failed),
+                len(runs),
+                ", ".join(failed),
+            )
+            raise SystemExit(1)

@@ -1,0 +1,151 @@
+"""Sweeps with Hydra multirun and the real plugins, and their summaries."""
+
+import csv
+import os
+import subprocess
+import sys
+
+import optuna
+import pytest
+import yaml
+from conftest import REPO, read_scalars, run_cli
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+TINY = (
+    "data=classification", "data.dataset.num_train=64", "data.dataset.num_val=32", "data.batch_size=16",
+    "trainer.max_steps=6", "trainer.val_every_n_steps=2",
+)  # fmt: skip
+
+
+def sweep_dir(cwd):
+    (found,) = (cwd / "outputs" / "multirun").glob("*/*")
+    return found
+
+
+def summary_rows(directory):
+    with open(directory / "summary.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def hparams_of_run(run_dir):
+    accumulator = EventAccumulator(str(run_dir))
+    accumulator.Reload()
+    content = accumulator.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    info = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    return {name: value.WhichOneof("kind") and getattr(value, value.WhichOneof("kind"))
+            for name, value in info.hparams.items()}  # fmt: skip
+
+
+def test_grid_sweep_summarises_itself(tmp_path):
+    result = run_cli("train", "-m", "optimizer.lr=0.001,0.01", "seed=0,1", *TINY, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    directory = sweep_dir(tmp_path)
+    rows = summary_rows(directory)
+    assert len(rows) == 4
+    best_values = [float(row["best val/loss (min)"]) for row in rows]
+    assert best_values == sorted(best_values)  # best first
+    assert {row["overrides"] for row in rows} == {
+        f"optimizer.lr={lr} seed={seed}" for lr in ("0.001", "0.01") for seed in (0, 1)
+    }
+    assert all(row["status"] == "ok" and row["steps"] == "6" for row in rows)
+    assert (directory / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| job | overrides | best val/loss (min) |" in (directory / "summary.md").read_text()
+    for job in range(4):
+        job_dir = directory / str(job)
+        assert (job_dir / "checkpoints" / "last.pt").exists()
+        scalars = read_scalars(job_dir)
+        assert float(rows[[r["job"] for r in rows].index(str(job))]["best val/loss (min)"]) == pytest.approx(
+            min(value for _, value in scalars["val/loss"]), rel=1e-3
+        )
+        hparams = hparams_of_run(job_dir)
+        overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text())
+        assert f"optimizer.lr={hparams['optimizer.lr']:g}" in overrides
+        assert f"seed={hparams['seed']:g}" in overrides
+        # The hparams live in the job's own run, not in a stray sub-run.
+        assert not [path for path in job_dir.iterdir() if path.is_dir() and any(path.glob("events.*"))]
+
+
+def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
+    result = run_cli("train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                     "optimizer.lr=0.001,0.01", *TINY, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = summary_rows(sweep_dir(tmp_path))
+    assert sorted(row["overrides"] for row in rows) == ["optimizer.lr=0.001", "optimizer.lr=0.01"]
+    assert all(row["status"] == "ok" for row in rows)
+
+
+def test_optuna_search_reports_its_best_trial(tmp_path):
+    result = run_cli(
+        "train", "-m", "hparams_search=digits_optuna", "hydra.sweeper.n_trials=4", *TINY,
+        f"hydra.sweeper.storage=sqlite:///{tmp_path / 'study.db'}", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    directory = sweep_dir(tmp_path)
+    optuna_best = yaml.safe_load((directory / "optimization_results.yaml").read_text())
+    rows = summary_rows(directory)
+    assert len(rows) == 4
+    assert float(rows[0]["best val/loss (min)"]) == pytest.approx(optuna_best["best_value"], rel=1e-3)
+    assert f"optimizer.lr={optuna_best['best_params']['optimizer.lr']}" in rows[0]["overrides"]
+
+    # The study is persistent: running again continues it.
+    again = run_cli(
+        "train", "-m", "hparams_search=digits_optuna", "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.sampler.seed=1", *TINY, f"hydra.sweeper.storage=sqlite:///{tmp_path / 'study.db'}",
+        cwd=tmp_path / "outputs",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    study = optuna.load_study(study_name="digits_optuna", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    assert len(study.trials) == 6
+
+
+def test_a_failing_job_does_not_stop_the_others(tmp_path):
+    plugins = str(REPO / "tests" / "plugins")
+    result = run_cli(
+        "train", "-m", *TINY, "data.dataset._target_=slow_data.failing_classification",
+        "+data.dataset.fail=false,true,false", cwd=tmp_path,
+        env={"PYTHONPATH": plugins + os.pathsep + os.environ.get("PYTHONPATH", "")},
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "1 of 3 jobs failed (jobs 1)" in result.stdout + result.stderr
+    directory = sweep_dir(tmp_path)
+    rows = {row["job"]: row for row in summary_rows(directory)}
+    assert rows["1"]["status"] == "failed" and rows["1"]["best val/loss (min)"] == ""
+    assert rows["0"]["status"] == rows["2"]["status"] == "ok"
+    log = (directory / "1" / "train.log").read_text()
+    assert "Traceback" in log and "deliberate failure for the test" in log
+
+
+def test_report_rebuilds_the_summary_of_an_interrupted_sweep(tmp_path):
+    result = run_cli("train", "-m", "optimizer.lr=0.001,0.01", *TINY, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    directory = sweep_dir(tmp_path)
+    for name in ("summary.csv", "summary.md", "summary.png"):
+        (directory / name).unlink()
+    (directory / "1" / "result.json").unlink()  # as if job 1 had been killed
+    report = run_cli("report", str(directory), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    rows = {row["job"]: row for row in summary_rows(directory)}
+    assert rows["1"]["status"] == "incomplete" and rows["1"]["steps"] == "6"
+    assert rows["0"]["status"] == "ok"
+    assert (directory / "summary.png").exists()
+    assert "| job | overrides |" in report.stdout
+
+    single = run_cli("report", str(directory / "0"), cwd=tmp_path)
+    assert single.returncode == 0, single.stderr
+    assert len(summary_rows(directory / "0")) == 1
+
+
+def test_sweeps_started_together_get_their_own_directories(tmp_path):
+    command = [sys.executable, "-m", "runner", "train", "-m", "seed=0,1", *TINY]
+    processes = [
+        subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    for process in processes:
+        _, err = process.communicate(timeout=240)
+        assert process.returncode == 0, err
+    sweeps = list((tmp_path / "outputs" / "multirun").glob("*/*"))
+    assert len(sweeps) == 2
+    for directory in sweeps:
+        assert len(summary_rows(directory)) == 2
