@@ -2,6 +2,7 @@
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -169,30 +170,36 @@ def test_resume_refuses_changed_math_and_accepts_a_longer_run(finished_run, tmp_
     assert "shape mismatches: 1.weight (checkpoint [64, 20], model [32, 20])" in reshaped.stderr
     assert "Traceback" not in reshaped.stderr + changed.stderr
 
-    longer = run_cli("train", f"resume={finished_run}", "trainer.max_epochs=4", cwd=tmp_path)
+    run_dir = tmp_path / "copy"  # the module's finished run stays as it is for the other tests
+    shutil.copytree(finished_run, run_dir)
+    original_record = (run_dir / ".hydra" / "overrides.yaml").read_text()
+    longer = run_cli("train", f"resume={run_dir}", "trainer.max_epochs=4", cwd=tmp_path)
     assert longer.returncode == 0, longer.stderr
-    assert torch.load(finished_run / "checkpoints" / "last.pt")["global_step"] == 16
-    assert [step for step, _ in read_scalars(finished_run)["val/loss"]] == [4, 8, 12, 16]
-    assert (finished_run / ".hydra" / "overrides.yaml").exists()  # the original record is kept
+    assert torch.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 16
+    assert [step for step, _ in read_scalars(run_dir)["val/loss"]] == [4, 8, 12, 16]
+    assert (
+        run_dir / ".hydra" / "overrides.yaml"
+    ).read_text() == original_record  # the original record is kept
 
 
-def test_corrupted_checkpoints(tmp_path):
+def test_corrupted_checkpoints(tmp_path, finished_run):
     run_dir = tmp_path / "outputs" / "day" / "run"
-    result = run_cli(
-        "train", "data=classification", "data.dataset.num_train=64", "data.batch_size=16",
-        "trainer.max_epochs=2", f"hydra.run.dir={run_dir}", cwd=tmp_path,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    shutil.copytree(finished_run, run_dir)
+    for name in ("last.pt", "best.pt", "step_00000012.pt", "step_00000008.pt"):  # keep their order in time
+        (run_dir / "checkpoints" / name).touch()
+        time.sleep(0.01)
     last = run_dir / "checkpoints" / "last.pt"
     last.write_bytes(last.read_bytes()[:1000])
+    for name in ("best.pt", "step_00000012.pt"):
+        (run_dir / "checkpoints" / name).unlink()
     direct = run_cli("train", f"resume={last}", cwd=tmp_path)
     assert direct.returncode == 2
     assert f"checkpoint {last} is truncated or corrupted" in direct.stderr
 
-    latest = run_cli("train", "resume=latest", "trainer.max_epochs=3", cwd=tmp_path)
+    latest = run_cli("train", "resume=latest", "trainer.max_epochs=4", cwd=tmp_path)
     assert latest.returncode == 0, latest.stderr
     assert f"skipping checkpoint {last} is truncated" in latest.stderr
-    assert "resumed from" in latest.stdout and "step_00000008.pt" in latest.stdout
+    assert "resumed from" in latest.stdout and "step_00000008.pt (step 8, epoch 2)" in latest.stdout
 
 
 class WritesAFile:
