@@ -104,7 +104,7 @@ def plain_config(cfg: DictConfig) -> dict[str, Any]:
 def hydra_train(cfg: DictConfig) -> float | None:
     """One run, or one job of a sweep. A failed sweep job records its failure (traceback in its log,
     ``result.json``) and returns NaN, so the other jobs and the sweep's summary still run."""
-    from runner.report import write_result
+    from runner.results import write_result
     from runner.train import train
 
     hydra_config = HydraConfig.get()

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.tensorboard import SummaryWriter
+from tensorboard.compat.proto.summary_pb2 import Summary
+from torch.utils.tensorboard import SummaryWriter, summary
 
 log = logging.getLogger("runner")
 
@@ -31,8 +32,9 @@ class TensorBoardLogger:
         self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
     def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
-        for tag, value in scalars.items():
-            self.writer.add_scalar(tag, value, global_step=step)
+        """All of a step's scalars as one event: a fraction of the cost of one event per tag."""
+        values = [value for tag, number in scalars.items() for value in summary.scalar(tag, number).value]
+        self.writer.file_writer.add_summary(Summary(value=values), global_step=step)
 
     def log_text(self, tag: str, text: str) -> None:
         # Indented four spaces, TensorBoard's markdown shows the text as a code block, lines intact.

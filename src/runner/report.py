@@ -12,17 +12,9 @@ from typing import Any
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-RESULT_FILE = "result.json"
+from runner.results import RESULT_FILE
+
 logging.getLogger("tensorboard").setLevel(logging.WARNING)  # its event reader chats at INFO
-
-
-def write_result(
-    run_dir: Path, status: str, wall_seconds: float, best: float | None = None, error: str = ""
-) -> None:
-    """How a run ended, for summaries: ``ok`` or ``failed`` (a run with none is ``incomplete``)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    result = {"status": status, "wall_seconds": round(wall_seconds, 3), "best": best, "error": error}
-    (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=2))
 
 
 @dataclass

@@ -27,6 +27,19 @@ def lr_factor(
     return 1.0
 
 
+class ConstantLR:
+    """``scheduler=none`` without warmup: the learning rate never changes, so stepping is free."""
+
+    def step(self) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        pass
+
+
 def build_scheduler(
     optimizer: torch.optim.Optimizer,
     name: str,
@@ -35,8 +48,11 @@ def build_scheduler(
     min_lr: float,
     step_size: int,
     gamma: float,
-) -> LambdaLR:
-    """A ``LambdaLR`` over :func:`lr_factor`; its state (the step count) saves and restores."""
+) -> LambdaLR | ConstantLR:
+    """A ``LambdaLR`` over :func:`lr_factor` (its state, the step count, saves and restores), or
+    nothing to do when the rate is constant."""
+    if name == "none" and warmup_steps == 0:
+        return ConstantLR()
     base_lr = optimizer.param_groups[0]["lr"]
     min_lr_ratio = min_lr / base_lr if base_lr > 0 else 0.0
     return LambdaLR(

@@ -7,8 +7,6 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from runner.report import write_summary
-
 log = logging.getLogger("runner")
 
 
@@ -17,6 +15,8 @@ class SweepSummary(Callback):
     exits non-zero if any job failed (after every job has run)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from runner.report import write_summary  # only now: its TensorBoard reader is slow to import
+
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
             return

@@ -1,0 +1,66 @@
+"""The hand-written loop the benchmark compares runner with: the seed's template (plus accumulation
+and TensorBoard logging of loss and grad norm every step), on the same data runner's built-ins make.
+
+    python scripts/raw_loop.py RUN_DIR FEATURES HIDDEN OUTPUTS TASK ACCUMULATE STEPS
+"""
+
+import itertools
+import sys
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from torch.utils.tensorboard import SummaryWriter
+
+from runner.data import make_classification, make_regression
+
+
+def main() -> None:
+    run_dir, features, hidden, outputs, task, accumulate, steps = sys.argv[1:]
+    features, outputs, accumulate, steps = int(features), int(outputs), int(accumulate), int(steps)
+    widths = [features, *map(int, hidden.split(","))]
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    layers: list[nn.Module] = []
+    for width_in, width_out in itertools.pairwise(widths):
+        layers += [nn.Linear(width_in, width_out), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(widths[-1], outputs)).to(device)
+    if task == "regression":
+        train_set, _ = make_regression(num_train=4096, num_val=64, num_features=features, learnable=True)
+        loss_fn = nn.MSELoss()
+    else:
+        train_set, _ = make_classification(
+            num_train=4096, num_val=64, num_features=features, num_classes=outputs
+        )
+        loss_fn = nn.CrossEntropyLoss()
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    writer = SummaryWriter(run_dir)
+
+    step = 0
+    model.train()
+    while step < steps:
+        batches = iter(train_loader)
+        while step < steps:
+            window = [batch for _, batch in zip(range(accumulate), batches, strict=False)]
+            if not window:
+                break
+            optimizer.zero_grad()
+            window_loss = 0.0
+            for batch_x, batch_y in window:
+                batch_x, batch_y = batch_x.to(device), batch_y.to(device)
+                pred = model(batch_x)
+                loss = loss_fn(pred, batch_y) / len(window)
+                loss.backward()
+                window_loss += loss.item()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+            optimizer.step()
+            step += 1
+            writer.add_scalar("train/loss", window_loss, step)
+            writer.add_scalar("train/grad_norm", grad_norm.item(), step)
+    writer.close()
+
+
+if __name__ == "__main__":
+    main()
