@@ -181,13 +181,15 @@ def test_cosine_schedule_with_warmup_is_stepped_per_optimizer_step():
     assert all(a >= b for a, b in itertools.pairwise(lrs[2:]))
 
 
-def test_no_host_reads_between_log_steps(tmp_path, monkeypatch):
+@pytest.mark.parametrize("on_nonfinite", ["off", "raise"])
+def test_no_host_reads_between_log_steps(tmp_path, monkeypatch, on_nonfinite):
     """Losses and grad norms stay on the device: every read-back by runner's code (``.item()``,
-    ``.tolist()``, ``.cpu()``, ``float()``) happens on a log step or in validation, never on the steps
-    between. (torch's own reads of CPU-side counters, such as Adam's step, are not device syncs.)"""
+    ``.tolist()``, ``.cpu()``, ``float()``, ``bool()``) happens on a log step or in validation, never on
+    the steps between, except the non-finite guard's one read of the grad norm per step (which
+    ``on_nonfinite=off`` removes). torch's own reads of CPU-side counters (Adam's step) are not syncs."""
     reads = []
     runner_code = str(Path(runner.__file__).parent)
-    for name in ("item", "tolist", "cpu", "__float__", "numpy"):
+    for name in ("item", "tolist", "cpu", "__float__", "__bool__", "numpy"):
         original = getattr(torch.Tensor, name)
 
         def counting(self, *args, _original=original, _name=name, **kwargs):
@@ -203,7 +205,7 @@ def test_no_host_reads_between_log_steps(tmp_path, monkeypatch):
     )
     settings = LoopSettings(
         max_steps=20, max_epochs=None, micro_batches_per_step=2, clip_norm=1.0,
-        log_every_n_steps=5, val_every_n_epochs=None, val_every_n_steps=None,
+        log_every_n_steps=5, val_every_n_epochs=None, val_every_n_steps=None, on_nonfinite=on_nonfinite,
     )  # fmt: skip
     scheduler = build_scheduler(optimizer, "cosine", 20, 2, 0.0, 1, 1.0)
     logger = TensorBoardLogger(tmp_path)
@@ -211,5 +213,8 @@ def test_no_host_reads_between_log_steps(tmp_path, monkeypatch):
     fit(model, optimizer, scheduler, nn.MSELoss(), train_loader, sampler, val_loader, CPU,
         resolve_precision("fp32", CPU), settings, logger)  # fmt: skip
     logger.close()
+    during_fit = reads[reads_before_fit:]
     # 4 log steps (5, 10, 15, 20) and the final validation: one batched read each.
-    assert reads[reads_before_fit:] == ["tolist"] * 5
+    assert during_fit.count("tolist") == 5
+    assert during_fit.count("__bool__") == (0 if on_nonfinite == "off" else 20)
+    assert len(during_fit) == during_fit.count("tolist") + during_fit.count("__bool__")

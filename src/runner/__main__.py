@@ -8,6 +8,8 @@ commands:
   train    train the configured experiment (python -m runner train --help for the config)
   eval     validation metrics of a checkpoint: python -m runner eval ckpt=FILE [device=cpu]
   report   summary table and plot of a sweep or run: python -m runner report DIR
+  doctor   the seed's debugging order, checked: python -m runner doctor [key=value ...] [--json]
+  lr_find  learning-rate range test: python -m runner lr_find [key=value ...]
 """
 
 
@@ -22,6 +24,14 @@ def main() -> None:
             from runner.app import main_train
 
             main_train(rest)
+        elif command == "doctor":
+            from runner.app import main_doctor
+
+            main_doctor(rest)
+        elif command == "lr_find":
+            from runner.app import main_lr_find
+
+            main_lr_find(rest)
         elif command == "report":
             from runner.app import main_report
 

@@ -212,3 +212,104 @@ def main_report(arguments: Sequence[str]) -> None:
         exit_with(ConfigError(str(error)))
     print((directory / "summary.md").read_text(), end="")
     print(f"wrote {directory / 'summary.csv'}, {directory / 'summary.md'}, {directory / 'summary.png'}")
+
+
+def task_setup(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
+    """The validated config and what train would build from it (for doctor and lr_find)."""
+    from runner.train import prepare
+
+    config = plain_config(cfg)
+    validate_config(config)
+    seed = config["seed"] if config["seed"] is not None else secrets.randbelow(2**32)
+    return config, prepare(config, hydra.utils.instantiate, seed)
+
+
+DOCTOR_JSON = {"enabled": False}
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
+def hydra_doctor(cfg: DictConfig) -> None:
+    from runner.doctor import FAIL, Setup, format_table, run_checks, to_json
+    from runner.train import build_component
+
+    try:
+        config, prepared = task_setup(cfg)
+    except UserError as error:
+        exit_with(error)
+    setup = Setup(
+        model=prepared.parts.model,
+        optimizer_factory=lambda model: build_component(
+            hydra.utils.instantiate, "optimizer", config["optimizer"], model.parameters()
+        ),
+        loss_fn=prepared.parts.loss_fn,
+        train_loader=prepared.train_loader,
+        val_loader=prepared.val_loader,
+        device=prepared.device,
+        precision=prepared.precision,
+        clip=config["clip"],
+    )
+    results = run_checks(setup)
+    print(to_json(results) if DOCTOR_JSON["enabled"] else format_table(results))
+    raise SystemExit(1 if any(result.status == FAIL for result in results) else 0)
+
+
+def main_doctor(arguments: Sequence[str]) -> None:
+    """``python -m runner doctor [overrides] [--json]``: builds what train would, writes nothing."""
+    DOCTOR_JSON["enabled"] = "--json" in arguments
+    arguments = [a for a in arguments if a != "--json"]
+    try:
+        check_command_line(arguments)
+    except UserError as error:
+        exit_with(error)
+    quiet = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled",
+             "hydra/hydra_logging=disabled"]  # fmt: skip
+    sys.argv = [sys.argv[0], *arguments, *quiet]
+    hydra_doctor()
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
+def hydra_lr_find(cfg: DictConfig) -> None:
+    import torch
+
+    from runner.lr_find import find_lr, record
+    from runner.train import build_component
+
+    try:
+        config, prepared = task_setup(cfg)
+    except UserError as error:
+        exit_with(error)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+
+    def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
+        return build_component(hydra.utils.instantiate, "optimizer", config["optimizer"], model.parameters())
+
+    curve = find_lr(
+        prepared.parts.model, make_optimizer, prepared.parts.loss_fn, prepared.train_loader, prepared.device,
+        prepared.precision, config["clip"],
+    )  # fmt: skip
+    plot = record(curve, run_dir)
+    diverged = (
+        f"the loss diverged at lr {curve.diverged_at:.3g}"
+        if curve.diverged_at
+        else "no divergence up to lr 10"
+    )
+    log.info("lr_find: %d steps from lr %.1g; %s; curve in %s and %s", len(curve.lrs), curve.lrs[0], diverged,
+             plot, run_dir)  # fmt: skip
+    if curve.suggestion is None:
+        log.warning(
+            "lr_find: the loss never fell clearly; no suggestion (check the setup with runner doctor)"
+        )
+        raise SystemExit(1)
+    print(f"suggested: optimizer.lr={curve.suggestion:.3g}")
+
+
+def main_lr_find(arguments: Sequence[str]) -> None:
+    """``python -m runner lr_find [overrides]``: curve and plot under outputs/lr_find/."""
+    try:
+        check_command_line(arguments)
+    except UserError as error:
+        exit_with(error)
+    run_dir = "hydra.run.dir=outputs/lr_find/${now:%Y-%m-%d}/${now:%H-%M-%S}-${unique_suffix:}"
+    given = any(override_key(o) == "hydra.run.dir" for o in override_arguments(arguments))
+    sys.argv = [sys.argv[0], *arguments, *([] if given else [run_dir]), "hydra.job.name=lr_find"]
+    hydra_lr_find()

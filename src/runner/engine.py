@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from runner.checks import UserError
 from runner.data.loading import EpochSampler
 from runner.metrics import Progress, TensorBoardLogger, to_floats
 from runner.precision import Precision
@@ -29,6 +30,9 @@ class LoopSettings:
     val_every_n_steps: int | None
     monitor: str = "val/loss"
     monitor_mode: str = "min"
+    channels_last: bool = False
+    on_nonfinite: str = "raise"  # or "skip", or "off" (no check: no host read per step)
+    max_nonfinite_in_a_row: int = 5
 
 
 @dataclass
@@ -43,6 +47,8 @@ class TrainState:
     last_train_loss: float | None = None
     last_val: dict[str, float] = field(default_factory=dict)
     stopped_by_signal: int | None = None
+    skipped_steps: int = 0  # optimizer steps skipped for non-finite gradients
+    nonfinite_in_a_row: int = 0
 
 
 class Checkpointer(Protocol):
@@ -80,6 +86,15 @@ class StopFlag(Protocol):
     signal_number: int | None
 
 
+class NonFiniteError(UserError):
+    """Training produced a non-finite gradient; raised before the optimizer applied it."""
+
+
+ADVICE_NONFINITE = (
+    "lower the learning rate (optimizer.lr); then check the inputs and add gradient clipping (clip=1.0)"
+)
+
+
 def improves(value: float, best: float | None, mode: str) -> bool:
     """NaN never counts as best."""
     if not math.isfinite(value):
@@ -115,8 +130,19 @@ def clipped_norm(grad_norm: torch.Tensor, max_norm: float | None) -> torch.Tenso
     return grad_norm * torch.clamp(max_norm / (grad_norm + 1e-6), max=1.0)
 
 
+def move_batch(
+    inputs: torch.Tensor, targets: torch.Tensor, device: torch.device, channels_last: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """To the device (asynchronously from pinned memory on CUDA), images channels-last if asked."""
+    inputs = inputs.to(device, non_blocking=True)
+    if channels_last and inputs.ndim == 4:
+        inputs = inputs.contiguous(memory_format=torch.channels_last)
+    return inputs, targets.to(device, non_blocking=True)
+
+
 def is_classification(outputs: torch.Tensor, targets: torch.Tensor) -> bool:
-    return outputs.ndim == 2 and targets.ndim == 1 and not targets.is_floating_point()
+    """Class logits ``(N, C, ...)`` against integer targets ``(N, ...)``, as CrossEntropyLoss takes."""
+    return outputs.ndim == targets.ndim + 1 and not targets.is_floating_point()
 
 
 def evaluate(
@@ -125,6 +151,7 @@ def evaluate(
     loss_fn: Callable,
     device: torch.device,
     precision: Precision,
+    channels_last: bool = False,
 ) -> dict[str, float]:
     """Mean validation loss (and accuracy for classification) under ``eval()`` and no_grad."""
     was_training = model.training
@@ -132,11 +159,11 @@ def evaluate(
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     samples = 0
+    predictions = 0  # one per target element (per character for sequences)
     classification = False
     with torch.no_grad():
         for inputs, targets in loader:
-            inputs = inputs.to(device, non_blocking=True)
-            targets = targets.to(device, non_blocking=True)
+            inputs, targets = move_batch(inputs, targets, device, channels_last)
             with precision.autocast():
                 outputs = model(inputs)
                 loss = loss_fn(outputs, targets)
@@ -145,11 +172,44 @@ def evaluate(
             classification = is_classification(outputs, targets)
             if classification:
                 correct += (outputs.argmax(dim=1) == targets).sum()
+                predictions += targets.numel()
     model.train(was_training)
     metrics = {"val/loss": loss_sum / max(samples, 1)}
     if classification:
-        metrics["val/acc"] = correct.float() / max(samples, 1)
+        metrics["val/acc"] = correct.float() / max(predictions, 1)
     return to_floats(metrics)
+
+
+def skip_nonfinite_step(
+    state: TrainState,
+    settings: LoopSettings,
+    precision: Precision,
+    optimizer: torch.optim.Optimizer,
+    grad_norm: torch.Tensor,
+) -> None:
+    """Leave the weights, optimizer and schedule as they are; raise when asked to, or after too many
+    skips in a row. Under loss scaling an overflow is routine: the scaler skips the step and lowers
+    its scale, and it counts like any other skip."""
+    where = (
+        f"non-finite gradient (total norm {grad_norm.item()}) at optimizer step {state.step + 1} "
+        f"(epoch {state.epoch}, micro-batch {state.batches_done_in_epoch} of the epoch)"
+    )
+    last_loss = (
+        f"last logged loss {state.last_train_loss:.4g}"
+        if state.last_train_loss is not None
+        else "no loss logged yet"
+    )
+    if settings.on_nonfinite == "raise" and not precision.scaler.is_enabled():
+        raise NonFiniteError(f"{where}; {last_loss}; the update was not applied. {ADVICE_NONFINITE}")
+    if precision.scaler.is_enabled():
+        precision.scaler.step(optimizer)  # sees the overflow and skips the step
+        precision.scaler.update()
+    state.skipped_steps += 1
+    state.nonfinite_in_a_row += 1
+    if state.nonfinite_in_a_row >= settings.max_nonfinite_in_a_row:
+        raise NonFiniteError(
+            f"{where}: {state.nonfinite_in_a_row} steps in a row skipped; {last_loss}. {ADVICE_NONFINITE}"
+        )
 
 
 def fit(
@@ -181,7 +241,7 @@ def fit(
 
     def validate() -> None:
         nonlocal validated_at_step
-        state.last_val = evaluate(model, val_loader, loss_fn, device, precision)
+        state.last_val = evaluate(model, val_loader, loss_fn, device, precision, settings.channels_last)
         validated_at_step = state.step
         if settings.monitor not in state.last_val:
             raise ValueError(
@@ -206,8 +266,7 @@ def fit(
             window_samples = sum(len(targets) for _, targets in window)
             weighted_losses = []
             for inputs, targets in window:
-                inputs = inputs.to(device, non_blocking=True)
-                targets = targets.to(device, non_blocking=True)
+                inputs, targets = move_batch(inputs, targets, device, settings.channels_last)
                 with precision.autocast():
                     outputs = model(inputs)
                     loss = loss_fn(outputs, targets)
@@ -227,9 +286,15 @@ def fit(
             if settings.clip_norm is not None:
                 torch.nn.utils.clip_grads_with_norm_(parameters, settings.clip_norm, grad_norm_before_clip)
             lr = optimizer.param_groups[0]["lr"]
-            precision.scaler.step(optimizer)  # skipped by the scaler if gradients overflowed
-            precision.scaler.update()
-            scheduler.step()
+            # The non-finite guard reads one number per step (the norm above): on a GPU that is one
+            # small device-to-host copy, as loss scaling does too.
+            if settings.on_nonfinite == "off" or bool(torch.isfinite(grad_norm_before_clip)):
+                state.nonfinite_in_a_row = 0
+                precision.scaler.step(optimizer)
+                precision.scaler.update()
+                scheduler.step()
+            else:
+                skip_nonfinite_step(state, settings, precision, optimizer, grad_norm_before_clip)
             optimizer.zero_grad(set_to_none=True)
 
             state.step += 1
@@ -245,6 +310,8 @@ def fit(
                 }
                 if precision.scaler.is_enabled():
                     scalars["train/loss_scale"] = precision.scaler.get_scale()
+                if state.skipped_steps or settings.on_nonfinite == "skip":
+                    scalars["train/skipped_steps"] = state.skipped_steps
                 scalars = to_floats(scalars)
                 now = time.perf_counter()
                 scalars["perf/samples_per_sec"] = samples_since_log / max(now - last_log_time, 1e-9)

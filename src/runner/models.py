@@ -4,6 +4,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
+import torch
 from torch import nn
 
 
@@ -36,3 +37,29 @@ def cnn(input_shape: Sequence[int], num_outputs: int, channels: Sequence[int] = 
         layers += [nn.Conv2d(width_in, width_out, kernel_size=3, padding=1), nn.ReLU()]
     layers += [nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(widths[-1] * 4, num_outputs)]
     return nn.Sequential(*layers)
+
+
+class CharRNN(nn.Module):
+    """Embedding, a GRU (or LSTM), a linear head. Returns logits as ``(N, vocabulary, T)``, the layout
+    ``CrossEntropyLoss`` takes for sequences, with targets ``(N, T)``."""
+
+    def __init__(
+        self, num_outputs: int, embedding: int = 32, hidden: int = 128, layers: int = 1, cell: str = "gru"
+    ):
+        super().__init__()
+        self.embedding = nn.Embedding(num_outputs, embedding)
+        recurrent = {"gru": nn.GRU, "lstm": nn.LSTM}[cell]
+        self.rnn = recurrent(embedding, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, num_outputs)
+
+    def forward(self, characters: torch.Tensor) -> torch.Tensor:
+        states, _ = self.rnn(self.embedding(characters))
+        return self.head(states).transpose(1, 2)
+
+
+def char_rnn(
+    input_shape: Sequence[int], num_outputs: int, embedding: int = 32, hidden: int = 128, layers: int = 1,
+    cell: str = "gru",
+) -> CharRNN:  # fmt: skip
+    """``input_shape`` is ``[sequence length]`` (any length works); ``num_outputs`` the vocabulary."""
+    return CharRNN(num_outputs, embedding, hidden, layers, cell)

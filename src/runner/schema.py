@@ -56,6 +56,13 @@ class RunConfig:
     precision: str = "fp32"
     clip: float | None = 1.0
     accumulate: int = 1
+    # A non-finite gradient: stop before it is applied (raise), skip the step (skip), or no check (off).
+    on_nonfinite: str = "raise"
+    max_nonfinite_in_a_row: int = 5
+    # Speed: torch.compile the model; TF32 matmuls on GPUs that have them; channels-last conv models.
+    compile: bool = False
+    tf32: bool = True
+    channels_last: bool = False
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     data: DataConfig = MISSING
     model: Any = MISSING

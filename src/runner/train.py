@@ -10,7 +10,7 @@ import math
 import signal
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from runner.precision import Precision, resolve_precision
 from runner.schedules import build_scheduler
 from runner.seeding import draw_seed, seed_everything
 from runner.signals import GracefulStop
+from runner.speed import apply_speed_settings
 
 log = logging.getLogger("runner")
 
@@ -92,6 +93,30 @@ def build_model_and_data(config: dict, build: Callable[..., Any], device: torch.
     return Components(model.to(device), datasets[0], datasets[1], loss_fn)
 
 
+@dataclass
+class Prepared:
+    device: torch.device
+    precision: Precision
+    parts: Components
+    train_loader: Any
+    val_loader: Any
+    train_sampler: Any
+
+
+def prepare(config: dict, build: Callable[..., Any], seed: int) -> Prepared:
+    """Device, seeds, precision, model, data and loaders: what train, doctor and lr_find share."""
+    device = resolve_device(config["device"])
+    seed_everything(seed, config["deterministic"])
+    precision = resolve_precision(config["precision"], device)
+    parts = build_model_and_data(config, build, device)
+    data = config["data"]
+    train_loader, val_loader, train_sampler = make_loaders(
+        parts.train_set, parts.val_set, data["batch_size"], data["shuffle"], data["num_workers"], seed,
+        pin_memory=device.type == "cuda",
+    )  # fmt: skip
+    return Prepared(device, precision, parts, train_loader, val_loader, train_sampler)
+
+
 def loop_settings(config: dict) -> LoopSettings:
     trainer = config["trainer"]
     return LoopSettings(
@@ -104,6 +129,8 @@ def loop_settings(config: dict) -> LoopSettings:
         val_every_n_steps=trainer["val_every_n_steps"],
         monitor=config["checkpoint"]["monitor"],
         monitor_mode=config["checkpoint"]["mode"],
+        on_nonfinite=config["on_nonfinite"],
+        max_nonfinite_in_a_row=config["max_nonfinite_in_a_row"],
     )
 
 
@@ -161,6 +188,7 @@ def run_plan(
     steps_per_epoch: int,
     run_dir: Path,
     resumed_from: str | None,
+    speed_notes: list[str],
     world_size: int = 1,
 ) -> str:
     batch_size, accumulate = config["data"]["batch_size"], config["accumulate"]
@@ -182,6 +210,7 @@ def run_plan(
         ("optimizer steps", f"{total_steps} planned ({steps_per_epoch} per epoch; {limits})"),
         ("clip", f"max grad norm {clip:g}, after backward" if clip else "off (norms still logged)"),
         ("checkpoints", checkpoint_plan(config, run_dir)),
+        ("speed", "; ".join(speed_notes)),
         *([("resumed from", resumed_from)] if resumed_from else []),
         ("run dir", str(run_dir)),
         ("watch", f"tensorboard --logdir {run_dir}"),
@@ -225,23 +254,22 @@ def train(
     checkpoint = load_checkpoint(resume_path) if resume_path else None
     if checkpoint is not None:
         check_resume_compatible(checkpoint["config"], config, resume_path)
-    device = resolve_device(config["device"])
     if checkpoint is not None:
         seed = checkpoint["seed"]
     else:
         seed = draw_seed() if config["seed"] is None else config["seed"]
-    seed_everything(seed, config["deterministic"])
-    precision = resolve_precision(config["precision"], device)
-
-    parts = build_model_and_data(config, build, device)
+    prepared = prepare(config, build, seed)
+    device, precision, parts = prepared.device, prepared.precision, prepared.parts
+    train_loader, val_loader, train_sampler = (
+        prepared.train_loader,
+        prepared.val_loader,
+        prepared.train_sampler,
+    )
     model = parts.model
+    speed = apply_speed_settings(model, device, config["tf32"], config["channels_last"], config["compile"])
     optimizer = build_component(build, "optimizer", config["optimizer"], model.parameters())
     data = config["data"]
-    train_loader, val_loader, train_sampler = make_loaders(
-        parts.train_set, parts.val_set, data["batch_size"], data["shuffle"], data["num_workers"], seed,
-        pin_memory=device.type == "cuda",
-    )  # fmt: skip
-    settings = loop_settings(config)
+    settings = replace(loop_settings(config), channels_last=speed.channels_last)
     total_steps = planned_steps(settings, len(train_loader))
     scheduler = build_scheduler(optimizer, total_steps=total_steps, **config["scheduler"])
     state = TrainState()
@@ -252,7 +280,7 @@ def train(
     resumed_from = f"{resume_path} (step {state.step}, epoch {state.epoch})" if checkpoint else None
     plan = run_plan(
         config, device, precision, seed, total_steps,
-        math.ceil(len(train_loader) / settings.micro_batches_per_step), run_dir, resumed_from,
+        math.ceil(len(train_loader) / settings.micro_batches_per_step), run_dir, resumed_from, speed.notes,
     )  # fmt: skip
     log.info(plan)
     runtime = {
@@ -289,8 +317,8 @@ def train(
     try:
         with GracefulStop() as stop:  # also covers the last save: a second Ctrl-C aborts it
             state = fit(
-                model, optimizer, scheduler, parts.loss_fn, train_loader, train_sampler, val_loader,
-                device, precision, settings, logger, state, checkpointer, stop,
+                speed.forward_model, optimizer, scheduler, parts.loss_fn, train_loader, train_sampler,
+                val_loader, device, precision, settings, logger, state, checkpointer, stop,
             )  # fmt: skip
             last = checkpointer.save_last(state)
         monitor = config["checkpoint"]["monitor"]

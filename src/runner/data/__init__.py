@@ -2,5 +2,6 @@
 
 from runner.data.digits import load_digits
 from runner.data.synthetic import make_classification, make_regression
+from runner.data.text import load_text
 
-__all__ = ["load_digits", "make_classification", "make_regression"]
+__all__ = ["load_digits", "load_text", "make_classification", "make_regression"]

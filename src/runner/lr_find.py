@@ -1,0 +1,120 @@
+"""``runner lr_find``: the seed's exercise (raise the learning rate until the loss goes unstable) as a
+tool. It trains a throw-away copy of the configured initial model with an exponentially rising
+learning rate, stops when the loss diverges, and suggests a rate; nothing is saved but the curve."""
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import cycle
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from runner.engine import move_batch
+from runner.metrics import TensorBoardLogger
+from runner.precision import Precision
+
+
+@dataclass
+class LrCurve:
+    lrs: list[float]
+    losses: list[float]  # smoothed
+    suggestion: float | None
+    diverged_at: float | None
+
+
+def find_lr(
+    model: nn.Module,
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+    loss_fn: Callable,
+    train_loader,
+    device: torch.device,
+    precision: Precision,
+    clip: float | None,
+    min_lr: float = 1e-6,
+    max_lr: float = 10.0,
+    num_steps: int = 100,
+    smoothing: float = 0.1,
+    diverge_factor: float = 4.0,
+) -> LrCurve:
+    model = copy.deepcopy(model)
+    model.train()
+    optimizer = make_optimizer(model)
+    growth = (max_lr / min_lr) ** (1 / max(num_steps - 1, 1))
+    lrs, losses = [], []
+    average, best, diverged_at = 0.0, math.inf, None
+    batches = cycle(train_loader)
+    for index in range(num_steps):
+        lr = min_lr * growth**index
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        inputs, targets = move_batch(*next(batches), device, False)
+        optimizer.zero_grad(set_to_none=True)
+        with precision.autocast():
+            loss = loss_fn(model(inputs), targets)
+        value = loss.item()
+        if not math.isfinite(value):
+            diverged_at = lr
+            break
+        average = smoothing * value + (1 - smoothing) * average
+        smoothed = average / (1 - (1 - smoothing) ** (index + 1))  # bias-corrected running mean
+        lrs.append(lr)
+        losses.append(smoothed)
+        best = min(best, smoothed)
+        if smoothed > diverge_factor * best:
+            diverged_at = lr
+            break
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+    return LrCurve(lrs, losses, suggest(lrs, losses), diverged_at)
+
+
+def suggest(lrs: list[float], losses: list[float]) -> float | None:
+    """The rate where the loss falls fastest (steepest slope against log lr), before its minimum."""
+    if len(losses) < 5:
+        return None
+    end = int(np.argmin(losses)) + 1
+    if end < 3:
+        return None
+    slopes = np.gradient(np.array(losses[:end]), np.log(np.array(lrs[:end])))
+    return float(lrs[int(np.argmin(slopes))])
+
+
+def record(curve: LrCurve, run_dir: Path) -> Path:
+    """The curve to TensorBoard (``lr_find/loss`` against step, ``lr_find/lr``) and as a PNG plot."""
+    logger = TensorBoardLogger(run_dir)
+    for step, (lr, loss) in enumerate(zip(curve.lrs, curve.losses, strict=True), start=1):
+        logger.log_scalars(step, {"lr_find/loss": loss, "lr_find/lr": lr})
+    logger.close()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    axes.plot(curve.lrs, curve.losses)
+    if curve.suggestion is not None:
+        index = curve.lrs.index(curve.suggestion)
+        axes.plot(
+            [curve.suggestion],
+            [curve.losses[index]],
+            "o",
+            color="red",
+            label=f"suggested optimizer.lr={curve.suggestion:.2g}",
+        )
+        axes.legend()
+    axes.set_xscale("log")
+    axes.set_xlabel("learning rate")
+    axes.set_ylabel("training loss (smoothed)")
+    axes.set_title("learning-rate range test")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    path = run_dir / "lr_find.png"
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path

@@ -1,0 +1,48 @@
+"""Speed settings that matter on GPUs and are safe everywhere: each one either applies or says in
+the run plan why it does not."""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class SpeedPlan:
+    forward_model: nn.Module  # what the loop calls; checkpoints always save the plain module
+    channels_last: bool  # convert image batches to channels-last memory format
+    notes: list[str]
+
+
+def has_conv(model: nn.Module) -> bool:
+    return any(isinstance(module, nn.Conv2d | nn.Conv3d) for module in model.modules())
+
+
+def apply_speed_settings(
+    model: nn.Module, device: torch.device, tf32: bool, channels_last: bool, compile_model: bool
+) -> SpeedPlan:
+    notes = []
+    if device.type == "cuda":
+        notes.append("pinned memory, non-blocking copies")
+    else:
+        notes.append(f"pinned memory and non-blocking copies: CUDA only, off on {device.type}")
+
+    if tf32 and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0):
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        notes.append("tf32 matmuls")
+    elif tf32:
+        notes.append("tf32: needs a CUDA GPU of compute capability 8.0 or newer, off here")
+
+    use_channels_last = channels_last and has_conv(model)
+    if use_channels_last:
+        model.to(memory_format=torch.channels_last)
+        notes.append("channels_last")
+    elif channels_last:
+        notes.append("channels_last: the model has no conv layers, off")
+
+    forward_model = model
+    if compile_model:
+        forward_model = torch.compile(model)
+        notes.append("torch.compile (the first steps compile)")
+    return SpeedPlan(forward_model, use_channels_last, notes)
