@@ -68,3 +68,28 @@ def test_truncated_file_is_named(tmp_path):
     path.write_bytes(path.read_bytes()[:300])
     with pytest.raises(CheckpointError, match=r"step\.pt is truncated or corrupted"):
         load_checkpoint(path)
+
+
+def test_compiled_runs_save_plain_keys():
+    """The loop calls the compiled module; checkpoints save the plain one, so they load with or
+    without compile (compilation itself is lazy: nothing compiles in this test)."""
+    from runner.checkpoints import checkpoint_payload
+    from runner.precision import resolve_precision
+    from runner.schedules import build_scheduler
+    from runner.speed import apply_speed_settings
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    plan = apply_speed_settings(
+        model, torch.device("cpu"), tf32=True, channels_last=False, compile_model=True
+    )
+    assert plan.forward_model is not model
+    assert all(key.startswith("_orig_mod.") for key in plan.forward_model.state_dict())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = resolve_precision("fp32", torch.device("cpu")).scaler
+    scheduler = build_scheduler(optimizer, "none", 1, 0, 0.0, 1, 1.0)
+    config = {"checkpoint": {"monitor": "val/loss"}}
+    payload = checkpoint_payload(TrainState(), model, optimizer, scheduler, scaler, config, 0, None)
+    fresh = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    fresh.load_state_dict(payload["model_state_dict"])  # strict, no prefixes
+    plan_again = apply_speed_settings(fresh, torch.device("cpu"), True, False, True)
+    plan_again.forward_model._orig_mod.load_state_dict(payload["model_state_dict"])
