@@ -293,8 +293,8 @@ def hydra_lr_find(cfg: DictConfig) -> None:
         if curve.diverged_at
         else "no divergence up to lr 10"
     )
-    log.info("lr_find: %d steps from lr %.1g; %s; curve in %s and %s", len(curve.lrs), curve.lrs[0], diverged,
-             plot, run_dir)  # fmt: skip
+    log.info("lr_find: %d steps from lr 1e-06; %s; curve in %s%s", len(curve.lrs), diverged,
+             run_dir, f" and {plot}" if plot else " (no plot: matplotlib is not installed)")  # fmt: skip
     if curve.suggestion is None:
         log.warning(
             "lr_find: the loss never fell clearly; no suggestion (check the setup with runner doctor)"

@@ -85,13 +85,18 @@ def suggest(lrs: list[float], losses: list[float]) -> float | None:
     return float(lrs[int(np.argmin(slopes))])
 
 
-def record(curve: LrCurve, run_dir: Path) -> Path:
-    """The curve to TensorBoard (``lr_find/loss`` against step, ``lr_find/lr``) and as a PNG plot."""
+def record(curve: LrCurve, run_dir: Path) -> Path | None:
+    """The curve to TensorBoard (``lr_find/loss`` against step, ``lr_find/lr``) and, where matplotlib is
+    installed, as a PNG plot (its path is returned)."""
     logger = TensorBoardLogger(run_dir)
     for step, (lr, loss) in enumerate(zip(curve.lrs, curve.losses, strict=True), start=1):
         logger.log_scalars(step, {"lr_find/loss": loss, "lr_find/lr": lr})
     logger.close()
-    import matplotlib
+    path = run_dir / "lr_find.png"
+    try:
+        import matplotlib
+    except ImportError:
+        return None  # the curve is in TensorBoard; the plot needs matplotlib (pip install 'runner[sweeps]')
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -114,7 +119,6 @@ def record(curve: LrCurve, run_dir: Path) -> Path:
     axes.set_title("learning-rate range test")
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    path = run_dir / "lr_find.png"
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path

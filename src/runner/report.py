@@ -163,7 +163,13 @@ def write_summary(directory: Path) -> list[RunSummary]:
 
 
 def plot_curves(path: Path, runs: list[RunSummary], monitor: str, mode: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        logging.getLogger("runner").warning(
+            "no %s: matplotlib is not installed (pip install 'runner[sweeps]')", path.name
+        )
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
