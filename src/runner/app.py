@@ -9,7 +9,7 @@ import math
 import secrets
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -224,13 +224,22 @@ def task_setup(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
     return config, prepare(config, hydra.utils.instantiate, seed)
 
 
+def optimizer_factory(config: dict[str, Any]) -> Callable[[Any], Any]:
+    """A fresh optimizer over a given model's parameters, as the config says (doctor and lr_find
+    train throw-away copies)."""
+    from runner.train import build_component
+
+    return lambda model: build_component(
+        hydra.utils.instantiate, "optimizer", config["optimizer"], model.parameters()
+    )
+
+
 DOCTOR_JSON = {"enabled": False}
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
 def hydra_doctor(cfg: DictConfig) -> None:
     from runner.doctor import FAIL, Setup, format_table, run_checks, to_json
-    from runner.train import build_component
 
     try:
         config, prepared = task_setup(cfg)
@@ -238,9 +247,7 @@ def hydra_doctor(cfg: DictConfig) -> None:
         exit_with(error)
     setup = Setup(
         model=prepared.parts.model,
-        optimizer_factory=lambda model: build_component(
-            hydra.utils.instantiate, "optimizer", config["optimizer"], model.parameters()
-        ),
+        optimizer_factory=optimizer_factory(config),
         loss_fn=prepared.parts.loss_fn,
         train_loader=prepared.train_loader,
         val_loader=prepared.val_loader,
@@ -269,10 +276,7 @@ def main_doctor(arguments: Sequence[str]) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
 def hydra_lr_find(cfg: DictConfig) -> None:
-    import torch
-
     from runner.lr_find import find_lr, record
-    from runner.train import build_component
 
     try:
         config, prepared = task_setup(cfg)
@@ -280,12 +284,9 @@ def hydra_lr_find(cfg: DictConfig) -> None:
         exit_with(error)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
 
-    def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
-        return build_component(hydra.utils.instantiate, "optimizer", config["optimizer"], model.parameters())
-
     curve = find_lr(
-        prepared.parts.model, make_optimizer, prepared.parts.loss_fn, prepared.train_loader, prepared.device,
-        prepared.precision, config["clip"],
+        prepared.parts.model, optimizer_factory(config), prepared.parts.loss_fn, prepared.train_loader,
+        prepared.device, prepared.precision, config["clip"],
     )  # fmt: skip
     plot = record(curve, run_dir)
     diverged = (

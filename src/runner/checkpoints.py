@@ -175,6 +175,7 @@ def checkpoint_payload(
         "micro_batches_done_in_window": 0,
         "last_train_loss": state.last_train_loss,
         "last_val": dict(state.last_val),
+        "skipped_steps": state.skipped_steps,
         "seed": seed,
         "rng_states": rng_states(),
         "config": config,
@@ -210,4 +211,5 @@ def restore_training(
         best_val_step=checkpoint["best_val_step"],
         last_train_loss=checkpoint["last_train_loss"],
         last_val=dict(checkpoint["last_val"]),
+        skipped_steps=checkpoint.get("skipped_steps", 0),
     )
