@@ -6,6 +6,7 @@ It checks the command line, composes and validates the config, builds the compon
 
 import logging
 import math
+import os
 import secrets
 import sys
 import time
@@ -128,7 +129,8 @@ def hydra_train(cfg: DictConfig) -> float | None:
             raise
         log.exception("job failed")
         return math.nan
-    write_result(run_dir, "ok", time.time() - started, best=best)
+    if int(os.environ.get("RANK", 0)) == 0:
+        write_result(run_dir, "ok", time.time() - started, best=best)
     return best
 
 
@@ -164,14 +166,46 @@ def resume_arguments(arguments: Sequence[str]) -> list[str]:
     ]  # fmt: skip
 
 
+def distributed_arguments(arguments: list[str]) -> list[str]:
+    """Under torchrun: start the process group, give every rank rank 0's run directory, and let only
+    rank 0 keep Hydra's record; the other ranks log warnings and errors to their own file."""
+    from runner.distributed import shared_run_dir, start_process_group
+
+    if "-m" in arguments or "--multirun" in arguments:
+        raise ConfigError(
+            "torchrun with -m (a sweep) is not supported; launch one torchrun per configuration"
+        )
+    start_process_group()
+    given = [o.split("=", 1)[1] for o in override_arguments(arguments) if override_key(o) == "hydra.run.dir"]
+    run_dir = shared_run_dir(given[-1] if given else None)
+    extra = [f"hydra.run.dir={run_dir}"]
+    rank = int(os.environ["RANK"])
+    if rank != 0:
+        extra += [
+            "hydra.output_subdir=null",
+            f"hydra.job_logging.handlers.file.filename={run_dir}/train.rank{rank}.log",
+            "hydra.job_logging.root.level=WARNING",
+        ]
+    return [*arguments, *extra]
+
+
 def main_train(arguments: Sequence[str]) -> None:
+    distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
     try:
         check_command_line(arguments)
         arguments = resume_arguments(arguments)
+        if distributed:
+            arguments = distributed_arguments(arguments)
     except UserError as error:
         exit_with(error)
     sys.argv = [sys.argv[0], *arguments]
-    hydra_train()
+    try:
+        hydra_train()
+    finally:
+        if distributed:
+            from runner.distributed import stop_process_group
+
+            stop_process_group()
 
 
 def main_eval(arguments: Sequence[str]) -> None:

@@ -158,6 +158,7 @@ def checkpoint_payload(
     config: dict[str, Any],
     seed: int,
     label_mapping: list[str] | None,
+    world_size: int = 1,
 ) -> dict[str, Any]:
     """Everything an exact resume needs. Saved only at optimizer-step boundaries, so the position
     inside the accumulation window is always 0."""
@@ -177,6 +178,7 @@ def checkpoint_payload(
         "last_val": dict(state.last_val),
         "skipped_steps": state.skipped_steps,
         "seed": seed,
+        "world_size": world_size,
         "rng_states": rng_states(),
         "config": config,
         "label_mapping": label_mapping,

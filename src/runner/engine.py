@@ -5,6 +5,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -15,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from runner.checks import UserError
 from runner.data.loading import EpochSampler
+from runner.distributed import sum_across_processes
 from runner.metrics import Progress, TensorBoardLogger, to_floats
 from runner.precision import Precision
 
@@ -83,7 +85,7 @@ class NoCheckpoints:
 class StopFlag(Protocol):
     """Set asynchronously (by a signal handler); read at optimizer-step boundaries."""
 
-    signal_number: int | None
+    def requested(self) -> int | None: ...
 
 
 class NonFiniteError(UserError):
@@ -174,9 +176,11 @@ def evaluate(
                 correct += (outputs.argmax(dim=1) == targets).sum()
                 predictions += targets.numel()
     model.train(was_training)
-    metrics = {"val/loss": loss_sum / max(samples, 1)}
+    counts = sum_across_processes(torch.tensor([samples, predictions], device=device))
+    loss_sum, correct = sum_across_processes(loss_sum), sum_across_processes(correct)
+    metrics = {"val/loss": loss_sum / counts[0].clamp(min=1)}
     if classification:
-        metrics["val/acc"] = correct.float() / max(predictions, 1)
+        metrics["val/acc"] = correct.float() / counts[1].clamp(min=1)
     return to_floats(metrics)
 
 
@@ -227,6 +231,7 @@ def fit(
     state: TrainState | None = None,
     checkpointer: Checkpointer | None = None,
     stop: StopFlag | None = None,
+    skip_grad_sync: Callable[[], AbstractContextManager] = nullcontext,
 ) -> TrainState:
     """Train until ``max_steps`` or ``max_epochs``, whichever comes first; return the final state."""
     state = state or TrainState()
@@ -265,18 +270,22 @@ def fit(
         for window in accumulation_windows(train_loader, settings.micro_batches_per_step):
             window_samples = sum(len(targets) for _, targets in window)
             weighted_losses = []
-            for inputs, targets in window:
+            for index, (inputs, targets) in enumerate(window):
                 inputs, targets = move_batch(inputs, targets, device, settings.channels_last)
-                with precision.autocast():
-                    outputs = model(inputs)
-                    loss = loss_fn(outputs, targets)
-                # Weight each micro-batch's mean loss by its share of the window's samples: the
-                # summed gradient is then the gradient of the mean loss over the whole window,
-                # also for a short last window (dividing by the window count would not be).
-                # A window of one micro-batch has share 1: no multiply (bit-identical, cheaper).
-                share = len(targets) / window_samples
-                weighted_loss = loss * share if share != 1.0 else loss
-                precision.scaler.scale(weighted_loss).backward()
+                # With several processes, gradients are averaged across them only on the window's
+                # last micro-batch (DDP's no_sync for the others).
+                last_micro_batch = index == len(window) - 1
+                with nullcontext() if last_micro_batch else skip_grad_sync():
+                    with precision.autocast():
+                        outputs = model(inputs)
+                        loss = loss_fn(outputs, targets)
+                    # Weight each micro-batch's mean loss by its share of the window's samples: the
+                    # summed gradient is then the gradient of the mean loss over the whole window,
+                    # also for a short last window (dividing by the window count would not be).
+                    # A window of one micro-batch has share 1: no multiply (bit-identical, cheaper).
+                    share = len(targets) / window_samples
+                    weighted_loss = loss * share if share != 1.0 else loss
+                    precision.scaler.scale(weighted_loss).backward()
                 weighted_losses.append(weighted_loss.detach())
 
             # Clip only after backward, and under loss scaling only after unscaling.
@@ -333,8 +342,8 @@ def fit(
             if epoch_ended:
                 checkpointer.after_epoch(state)
             checkpointer.after_step(state)
-            if stop is not None and stop.signal_number is not None:
-                state.stopped_by_signal = stop.signal_number
+            if stop is not None and (signal_number := stop.requested()) is not None:
+                state.stopped_by_signal = signal_number
                 break
             if state.step >= total_steps:
                 break

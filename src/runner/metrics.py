@@ -85,3 +85,22 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class NullLogger:
+    """What ranks other than 0 log to TensorBoard: nothing."""
+
+    def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+        pass
+
+    def log_text(self, tag: str, text: str) -> None:
+        pass
+
+    def log_hparams(self, step: int, hparams: Mapping[str, Any], metrics: Mapping[str, float | None]) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

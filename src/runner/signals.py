@@ -4,6 +4,8 @@ import os
 import signal
 from types import FrameType
 
+from runner.distributed import any_process
+
 
 class GracefulStop:
     """While active, the first SIGTERM/SIGINT only sets ``signal_number``; the loop saves and
@@ -24,6 +26,10 @@ class GracefulStop:
                 f"runner: {name} received: saving at the next step boundary, then exiting "
                 "(Ctrl-C again aborts at once)\n".encode(),
             )
+
+    def requested(self) -> int | None:
+        """The signal to stop for, agreed by every process (checked at each step boundary)."""
+        return any_process(self.signal_number or 0) or None
 
     def __enter__(self) -> "GracefulStop":
         for number in (signal.SIGTERM, signal.SIGINT):

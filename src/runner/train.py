@@ -10,12 +10,14 @@ import math
 import signal
 import statistics
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
+from torch.nn.parallel import DistributedDataParallel
 
 import runner
 from runner.checkpointing import PeriodicCheckpointer
@@ -30,8 +32,9 @@ from runner.checkpoints import (
 from runner.checks import ConfigError, show
 from runner.data.loading import make_loaders
 from runner.device import resolve_device
+from runner.distributed import ProcessInfo, from_environment
 from runner.engine import Checkpointer, LoopSettings, NoCheckpoints, TrainState, fit, planned_steps
-from runner.metrics import TensorBoardLogger
+from runner.metrics import NullLogger, TensorBoardLogger
 from runner.precision import Precision, resolve_precision
 from runner.schedules import build_scheduler
 from runner.seeding import draw_seed, seed_everything
@@ -103,16 +106,23 @@ class Prepared:
     train_sampler: Any
 
 
-def prepare(config: dict, build: Callable[..., Any], seed: int) -> Prepared:
-    """Device, seeds, precision, model, data and loaders: what train, doctor and lr_find share."""
+def prepare(
+    config: dict, build: Callable[..., Any], seed: int, process: ProcessInfo | None = None
+) -> Prepared:
+    """Device, seeds, precision, model, data and loaders: what train, doctor and lr_find share.
+    With several processes each takes its own GPU (``LOCAL_RANK``) and its shard of the data."""
+    process = process or ProcessInfo()
     device = resolve_device(config["device"])
+    if process.distributed and device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", process.local_rank)
+        torch.cuda.set_device(device)
     seed_everything(seed, config["deterministic"])
     precision = resolve_precision(config["precision"], device)
     parts = build_model_and_data(config, build, device)
     data = config["data"]
     train_loader, val_loader, train_sampler = make_loaders(
         parts.train_set, parts.val_set, data["batch_size"], data["shuffle"], data["num_workers"], seed,
-        pin_memory=device.type == "cuda",
+        pin_memory=device.type == "cuda", rank=process.rank, world_size=process.world_size,
     )  # fmt: skip
     return Prepared(device, precision, parts, train_loader, val_loader, train_sampler)
 
@@ -250,15 +260,21 @@ def train(
 
     ``hparam_keys``: settings recorded for TensorBoard's HParams dashboard besides the usual ones
     (a sweep passes the keys it varies)."""
+    process = from_environment()
     resume_path = Path(config["resume"]) if config["resume"] else None
     checkpoint = load_checkpoint(resume_path) if resume_path else None
     if checkpoint is not None:
         check_resume_compatible(checkpoint["config"], config, resume_path)
+        if checkpoint.get("world_size", 1) != process.world_size:
+            raise CheckpointError(
+                f"resume={resume_path}: saved by {checkpoint.get('world_size', 1)} process(es), resumed with "
+                f"{process.world_size}; the data order depends on the world size: resume with the same number"
+            )
     if checkpoint is not None:
         seed = checkpoint["seed"]
     else:
         seed = draw_seed() if config["seed"] is None else config["seed"]
-    prepared = prepare(config, build, seed)
+    prepared = prepare(config, build, seed, process)
     device, precision, parts = prepared.device, prepared.precision, prepared.parts
     train_loader, val_loader, train_sampler = (
         prepared.train_loader,
@@ -266,7 +282,15 @@ def train(
         prepared.train_sampler,
     )
     model = parts.model
-    speed = apply_speed_settings(model, device, config["tf32"], config["channels_last"], config["compile"])
+    compile_model = config["compile"]
+    speed = apply_speed_settings(
+        model, device, config["tf32"], config["channels_last"], compile_model and not process.distributed
+    )
+    forward_model, skip_grad_sync = speed.forward_model, nullcontext
+    if process.distributed:
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        forward_model = torch.compile(ddp) if compile_model else ddp
+        skip_grad_sync = ddp.no_sync
     optimizer = build_component(build, "optimizer", config["optimizer"], model.parameters())
     data = config["data"]
     settings = replace(loop_settings(config), channels_last=speed.channels_last)
@@ -281,6 +305,7 @@ def train(
     plan = run_plan(
         config, device, precision, seed, total_steps,
         math.ceil(len(train_loader) / settings.micro_batches_per_step), run_dir, resumed_from, speed.notes,
+        process.world_size,
     )  # fmt: skip
     log.info(plan)
     runtime = {
@@ -288,21 +313,23 @@ def train(
         "precision_requested": precision.requested,
         "precision_used": precision.used,
         "seed": seed,
-        "world_size": 1,
-        "effective_batch_size": data["batch_size"] * config["accumulate"],
+        "world_size": process.world_size,
+        "effective_batch_size": data["batch_size"] * config["accumulate"] * process.world_size,
         "planned_steps": total_steps,
         "runner_version": runner.__version__,
         "torch_version": str(torch.__version__),
     }
-    (run_dir / "run.yaml").write_text(yaml.safe_dump({**config, "runtime": runtime}, sort_keys=False))
-    record_split(run_dir, parts.train_set, parts.val_set)
+    if process.is_main:  # only rank 0 writes: records, checkpoints, TensorBoard
+        (run_dir / "run.yaml").write_text(yaml.safe_dump({**config, "runtime": runtime}, sort_keys=False))
+        record_split(run_dir, parts.train_set, parts.val_set)
     label_mapping = getattr(parts.train_set, "classes", None)
     checkpointer: Checkpointer = NoCheckpoints()
-    if config["checkpoint"]["enabled"]:
+    if config["checkpoint"]["enabled"] and process.is_main:
         checkpointer = PeriodicCheckpointer(
             run_dir / CHECKPOINT_DIR,
             lambda state: checkpoint_payload(
-                state, model, optimizer, scheduler, precision.scaler, config, seed, label_mapping
+                state, model, optimizer, scheduler, precision.scaler, config, seed, label_mapping,
+                process.world_size,
             ),
             config["checkpoint"]["every_n_steps"],
             config["checkpoint"]["every_n_epochs"],
@@ -310,15 +337,19 @@ def train(
             config["checkpoint"]["save_best"],
         )  # fmt: skip
     # Events past the checkpoint's step belong to the lost future of the interrupted run.
-    logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
+    logger = (
+        TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
+        if process.is_main
+        else NullLogger()
+    )
     logger.log_text("run/plan", plan)
     if checkpoint is not None:
         restore_rng_states(checkpoint["rng_states"])
     try:
         with GracefulStop() as stop:  # also covers the last save: a second Ctrl-C aborts it
             state = fit(
-                speed.forward_model, optimizer, scheduler, parts.loss_fn, train_loader, train_sampler,
-                val_loader, device, precision, settings, logger, state, checkpointer, stop,
+                forward_model, optimizer, scheduler, parts.loss_fn, train_loader, train_sampler,
+                val_loader, device, precision, settings, logger, state, checkpointer, stop, skip_grad_sync,
             )  # fmt: skip
             last = checkpointer.save_last(state)
         monitor = config["checkpoint"]["monitor"]

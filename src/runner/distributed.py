@@ -1,0 +1,73 @@
+"""Several processes through torchrun: PyTorch's own process group and DistributedDataParallel.
+
+torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; without them everything here is the one-process
+identity, so the engine reads the same either way.
+"""
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as torch_dist
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def from_environment() -> ProcessInfo:
+    return ProcessInfo(
+        rank=int(os.environ.get("RANK", 0)),
+        world_size=int(os.environ.get("WORLD_SIZE", 1)),
+        local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+    )
+
+
+def start_process_group() -> None:
+    """gloo for CPU tensors, and nccl for CUDA ones where there is CUDA."""
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    torch_dist.init_process_group(backend=backend)
+
+
+def stop_process_group() -> None:
+    if torch_dist.is_initialized():
+        torch_dist.destroy_process_group()
+
+
+def shared_run_dir(given: str | None) -> str:
+    """Rank 0's run directory for every rank: Hydra's own timestamps differ between ranks that start
+    in different seconds."""
+    proposal = [given or str(Path("outputs", time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S")).resolve())]
+    if torch_dist.get_rank() == 0 and given is None:
+        proposal[0] += "-" + os.urandom(2).hex()
+    torch_dist.broadcast_object_list(proposal, src=0)
+    return proposal[0]
+
+
+def sum_across_processes(tensor: torch.Tensor) -> torch.Tensor:
+    """In place; the identity with one process."""
+    if torch_dist.is_initialized():
+        torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM)
+    return tensor
+
+
+def any_process(value: int) -> int:
+    """The largest of every process's ``value`` (0 where none is set): all ranks decide alike."""
+    if not torch_dist.is_initialized():
+        return value
+    flag = torch.tensor([value], dtype=torch.int64)
+    torch_dist.all_reduce(flag, op=torch_dist.ReduceOp.MAX)
+    return int(flag.item())

@@ -1,0 +1,81 @@
+"""Several processes with real torchrun and gloo on CPU."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+from conftest import REPO, read_scalars, run_cli
+
+ENV = {
+    **os.environ,
+    "PYTHONPATH": str(REPO / "tests" / "plugins") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+}
+DATA = (
+    "data=classification",
+    "data.dataset.num_train=640",
+    "trainer.max_steps=20",
+    "trainer.log_every_n_steps=1",
+)
+
+
+def torchrun(*arguments: str, cwd, timeout: float = 240) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "-m", "runner", "train", *arguments]  # fmt: skip
+    return subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def weights(run_dir):
+    return torch.load(run_dir / "checkpoints" / "last.pt")["model_state_dict"]
+
+
+def test_two_processes_equal_one_with_the_same_samples(tmp_path):
+    """2 processes x batch 16 (and x batch 8 x accumulate 2) give the weights of 1 process x batch 32."""
+    single = run_cli("train", *DATA, "data.batch_size=32", f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path)
+    assert single.returncode == 0, single.stderr
+    double = torchrun(
+        *DATA, "data.batch_size=8", "accumulate=2", f"hydra.run.dir={tmp_path / 'two'}", cwd=tmp_path
+    )
+    assert double.returncode == 0, double.stderr
+    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], rtol=1e-5, atol=1e-5)
+    assert "effective batch  32 = 8 (data.batch_size) x 2 (accumulate) x 2 (world size)" in double.stdout
+    # Only rank 0 writes: one TensorBoard run, one checkpoint folder, Hydra's record once.
+    assert sorted(p.name for p in (tmp_path / "two").iterdir() if p.name.startswith("train")) == [
+        "train.log", "train.rank1.log",
+    ]  # fmt: skip
+    losses_one = [v for _, v in read_scalars(tmp_path / "one")["train/loss"]]
+    assert len(read_scalars(tmp_path / "two")["train/loss"]) == len(losses_one) == 20
+
+
+def test_sigterm_stops_every_rank_at_one_step_and_resume_needs_the_same_world_size(tmp_path):
+    run_dir = tmp_path / "run"
+    slow = ("data.dataset._target_=slow_data.slow_classification", "+data.dataset.seconds_per_item=0.003",
+            "data.batch_size=8", "trainer.max_steps=60", "checkpoint.every_n_steps=1")  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "-m", "runner", "train", *DATA[:2], *slow, "trainer.log_every_n_steps=1",
+               f"hydra.run.dir={run_dir}"]  # fmt: skip
+    process = subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoints" / "step_00000005.pt").exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGTERM)  # as a cluster scheduler does: every process gets it
+    out, err = process.communicate(timeout=120)
+    saved = torch.load(run_dir / "checkpoints" / "last.pt")
+    assert 5 <= saved["global_step"] < 60 and saved["world_size"] == 2
+    assert "resume with: python -m runner train resume=" in out + err
+
+    alone = run_cli("train", f"resume={run_dir}", cwd=tmp_path, env=ENV)
+    assert alone.returncode == 2
+    assert "saved by 2 process(es), resumed with 1" in alone.stderr
+
+    resumed = torchrun(f"resume={run_dir}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert torch.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 60
+    steps = [step for step, _ in read_scalars(run_dir)["train/loss"]]
+    assert steps == list(range(1, 61))  # no step missing, none twice
