@@ -1,6 +1,7 @@
 """Several processes with real torchrun and gloo on CPU."""
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -31,8 +32,9 @@ def weights(run_dir):
     return torch.load(run_dir / "checkpoints" / "last.pt")["model_state_dict"]
 
 
-def test_two_processes_equal_one_with_the_same_samples(tmp_path):
-    """2 processes x batch 16 (and x batch 8 x accumulate 2) give the weights of 1 process x batch 32."""
+def test_two_processes_equal_one_and_resume_exactly_after_sigkill(tmp_path):
+    """2 processes x batch 8 x accumulate 2 give the weights of 1 process x batch 32 on the same samples;
+    killed and resumed, the 2-process run ends exactly as if it had not stopped."""
     single = run_cli("train", *DATA, "data.batch_size=32", f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path)
     assert single.returncode == 0, single.stderr
     double = torchrun(
@@ -49,6 +51,27 @@ def test_two_processes_equal_one_with_the_same_samples(tmp_path):
     ]  # fmt: skip
     losses_one = [v for _, v in read_scalars(tmp_path / "one")["train/loss"]]
     assert len(read_scalars(tmp_path / "two")["train/loss"]) == len(losses_one) == 20
+
+    # The same 2-process run, killed with SIGKILL at a random step and resumed, ends bit-identical.
+    killed = tmp_path / "killed"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+               "runner", "train", *DATA, "data.batch_size=8", "accumulate=2", "checkpoint.every_n_steps=1",
+               "data.dataset._target_=slow_data.slow_classification", "+data.dataset.seconds_per_item=0.004",
+               f"hydra.run.dir={killed}"]  # fmt: skip
+    process = subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    kill_at = killed / "checkpoints" / f"step_{random.randint(3, 15):08d}.pt"
+    deadline = time.monotonic() + 120
+    while not kill_at.exists():
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.005)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    resumed = torchrun(f"resume={killed}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    for key, tensor in weights(tmp_path / "two").items():
+        assert torch.equal(weights(killed)[key], tensor), key
+    assert read_scalars(killed)["train/loss"] == read_scalars(tmp_path / "two")["train/loss"]
 
 
 def test_sigterm_stops_every_rank_at_one_step_and_resume_needs_the_same_world_size(tmp_path):
