@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from runner.checks import UserError
+from runner.checks import ConfigError, UserError
 from runner.data.loading import EpochSampler
 from runner.distributed import sum_across_processes
 from runner.metrics import Progress, TensorBoardLogger, to_floats
@@ -249,9 +249,10 @@ def fit(
         state.last_val = evaluate(model, val_loader, loss_fn, device, precision, settings.channels_last)
         validated_at_step = state.step
         if settings.monitor not in state.last_val:
-            raise ValueError(
+            raise ConfigError(
                 f"checkpoint.monitor={settings.monitor}, but this run's validation gives only "
                 + ", ".join(state.last_val)
+                + "; monitor one of those"
             )
         value = state.last_val[settings.monitor]
         improved = improves(value, state.best_val, settings.monitor_mode)

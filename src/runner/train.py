@@ -36,6 +36,7 @@ from runner.distributed import ProcessInfo, from_environment
 from runner.engine import Checkpointer, LoopSettings, NoCheckpoints, TrainState, fit, planned_steps
 from runner.metrics import NullLogger, TensorBoardLogger
 from runner.precision import Precision, resolve_precision
+from runner.runplan import run_plan
 from runner.schedules import build_scheduler
 from runner.seeding import draw_seed, seed_everything
 from runner.signals import GracefulStop
@@ -170,62 +171,6 @@ def check_resume_compatible(saved: dict, current: dict, path: Path) -> None:
             f"resume={path}: these settings differ from the run being resumed and would change its "
             f"math: {', '.join(changed)}; resume with the original values, or start a new run"
         )
-
-
-def checkpoint_plan(config: dict, run_dir: Path) -> str:
-    policy = config["checkpoint"]
-    if not policy["enabled"]:
-        return "none (checkpoint.enabled=false: a stopped run cannot be resumed)"
-    units = {"every_n_steps": "step", "every_n_epochs": "epoch"}
-    cadence = [
-        f"every {unit}" if policy[key] == 1 else f"every {policy[key]} {unit}s"
-        for key, unit in units.items()
-        if policy[key]
-    ]
-    best = f", best.pt on {policy['monitor']} ({policy['mode']})" if policy["save_best"] else ""
-    return (
-        f"{' and '.join(cadence) or 'no periodic saves'} (newest {policy['keep_last']} kept){best}, "
-        f"last.pt at the end -> {run_dir / CHECKPOINT_DIR}"
-    )
-
-
-def run_plan(
-    config: dict,
-    device: torch.device,
-    precision: Precision,
-    seed: int,
-    total_steps: int,
-    steps_per_epoch: int,
-    run_dir: Path,
-    resumed_from: str | None,
-    speed_notes: list[str],
-    world_size: int = 1,
-) -> str:
-    batch_size, accumulate = config["data"]["batch_size"], config["accumulate"]
-    precision_line = precision.used
-    if precision.fallback_reason:
-        precision_line += f" (requested {precision.requested}: {precision.fallback_reason})"
-    clip = config["clip"]
-    trainer = config["trainer"]
-    limits = f"max_steps={show(trainer['max_steps'])}, max_epochs={show(trainer['max_epochs'])}"
-    rows = [
-        ("device", str(device)),
-        ("precision", precision_line),
-        ("seed", str(seed) + (" (drawn)" if config["seed"] is None else "")),
-        (
-            "effective batch",
-            f"{batch_size * accumulate * world_size} = {batch_size} (data.batch_size) x "
-            f"{accumulate} (accumulate) x {world_size} (world size)",
-        ),
-        ("optimizer steps", f"{total_steps} planned ({steps_per_epoch} per epoch; {limits})"),
-        ("clip", f"max grad norm {clip:g}, after backward" if clip else "off (norms still logged)"),
-        ("checkpoints", checkpoint_plan(config, run_dir)),
-        ("speed", "; ".join(speed_notes)),
-        *([("resumed from", resumed_from)] if resumed_from else []),
-        ("run dir", str(run_dir)),
-        ("watch", f"tensorboard --logdir {run_dir}"),
-    ]
-    return "run plan\n" + "\n".join(f"  {name:<16} {value}" for name, value in rows)
 
 
 def record_split(run_dir: Path, train_set: Any, val_set: Any) -> None:
