@@ -250,3 +250,18 @@ def test_validation_at_an_epoch_end_saves_the_next_epoch_position(tmp_path, run_
     resumed = run_cli("train", f"resume={best_path}", "trainer.max_steps=12", cwd=tmp_path, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert torch.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 12
+
+
+def test_resume_auto_reruns_the_same_command_in_place(tmp_path, reference_run):
+    """What a scheduler that requeues a job does: the very same command, in the same directory.
+    The first start finds nothing and starts afresh; the rerun after SIGTERM continues."""
+    run_dir = tmp_path / "run"
+    process = start(run_dir, "resume=auto")
+    wait_for_checkpoint(run_dir, 8, process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 143, err
+    rerun = run_cli("train", *SLOW_RUN, "resume=auto", f"hydra.run.dir={run_dir}", cwd=tmp_path, env=ENV)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "resumed from" in rerun.stdout and "last.pt" in rerun.stdout
+    assert_same_run(run_dir, reference_run)

@@ -150,8 +150,8 @@ def resume_arguments(arguments: Sequence[str]) -> list[str]:
     so the original one is kept."""
     overrides = override_arguments(arguments)
     requests = [o for o in overrides if override_key(o) == "resume"]
-    if not requests:
-        return list(arguments)
+    if not requests or requests[-1].split("=", 1)[1] in ("auto", "null"):
+        return list(arguments)  # resume=auto looks in the run's own directory, once Hydra has made it
     from runner.resume import locate_checkpoint, original_overrides
 
     path = locate_checkpoint(requests[-1].split("=", 1)[1], Path.cwd() / "outputs")

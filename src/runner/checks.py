@@ -103,7 +103,7 @@ RULES: dict[str, Rule] = {
     "checkpoint.mode": one_of("min", "max"),
     "checkpoint.save_best": BOOLEAN,
     "resume": Rule(
-        "a checkpoint file, a run directory, or latest",
+        "a checkpoint file, a run directory, latest, or auto",
         lambda v: v is None or (isinstance(v, str) and v != ""),
     ),
 }

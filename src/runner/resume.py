@@ -62,3 +62,9 @@ def original_overrides(run_dir: Path) -> list[str]:
     hydra_overrides = hydra_record.get("hydra", {}).get("overrides", {}).get("hydra", []) or []
     searchpath = [o for o in hydra_overrides if o.startswith("hydra.searchpath=")]
     return [o for o in overrides if not o.startswith("resume=")] + searchpath
+
+
+def own_checkpoint(run_dir: Path) -> Path | None:
+    """``resume=auto``: this run directory's newest valid checkpoint, or None to start afresh. For jobs
+    a scheduler reruns in the same directory (a requeued SLURM job, a fixed ``hydra.run.dir``)."""
+    return newest_valid(checkpoint_files(run_dir / CHECKPOINT_DIR), "auto")

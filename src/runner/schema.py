@@ -70,5 +70,6 @@ class RunConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     loss: Any = MISSING
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    # A checkpoint file, a run directory, or "latest" (newest valid checkpoint under outputs/).
+    # A checkpoint file, a run directory, "latest" (newest valid checkpoint under outputs/), or "auto"
+    # (this run directory's own newest checkpoint, if any: for jobs a scheduler reruns in place).
     resume: str | None = None

@@ -36,6 +36,7 @@ from runner.distributed import ProcessInfo, from_environment
 from runner.engine import Checkpointer, LoopSettings, NoCheckpoints, TrainState, fit, planned_steps
 from runner.metrics import NullLogger, TensorBoardLogger
 from runner.precision import Precision, resolve_precision
+from runner.resume import own_checkpoint
 from runner.runplan import run_plan
 from runner.schedules import build_scheduler
 from runner.seeding import draw_seed, seed_everything
@@ -206,7 +207,9 @@ def train(
     ``hparam_keys``: settings recorded for TensorBoard's HParams dashboard besides the usual ones
     (a sweep passes the keys it varies)."""
     process = from_environment()
-    resume_path = Path(config["resume"]) if config["resume"] else None
+    resume_path = (
+        own_checkpoint(run_dir) if config["resume"] == "auto" else config["resume"] and Path(config["resume"])
+    )
     checkpoint = load_checkpoint(resume_path) if resume_path else None
     if checkpoint is not None:
         check_resume_compatible(checkpoint["config"], config, resume_path)
