@@ -53,18 +53,22 @@ def test_lr_find_suggests_a_rate_and_writes_the_curve(tmp_path):
 
 
 def test_text_built_in_trains_a_char_rnn(tmp_path, run_dir):
+    """Also with deterministic algorithms on (runs of one seed being identical is shown by the resume
+    tests, which compare separate runs bit for bit)."""
     result = run_cli("train", "data=text", "model=char_rnn", "trainer.max_steps=4", "model.hidden=32",
-                     f"hydra.run.dir={run_dir}", cwd=tmp_path)  # fmt: skip
+                     "deterministic=true", f"hydra.run.dir={run_dir}", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr
     scalars = read_scalars(run_dir)
     assert 0 <= scalars["val/acc"][-1][1] <= 1
     assert torch.load(run_dir / "checkpoints" / "last.pt")["label_mapping"][0] == "\n"
 
 
-def test_speed_settings_are_safe_on_cpu_and_say_so(tmp_path, run_dir):
-    result = run_cli("train", "model=cnn", "channels_last=true", "trainer.max_steps=2", "data.batch_size=8",
-                     f"hydra.run.dir={run_dir}", cwd=tmp_path)  # fmt: skip
+def test_speed_settings_and_bf16_are_safe_on_cpu_and_say_so(tmp_path, run_dir):
+    result = run_cli("train", "model=cnn", "channels_last=true", "precision=bf16", "trainer.max_steps=2",
+                     "data.batch_size=8", f"hydra.run.dir={run_dir}", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr
+    assert "precision        bf16" in result.stdout  # this CPU has bf16: no fallback, no warning
+    assert "WARNING" not in result.stdout + result.stderr
     speed = next(line for line in result.stdout.splitlines() if line.strip().startswith("speed"))
     if not torch.cuda.is_available():
         assert "pinned memory and non-blocking copies: CUDA only, off on cpu" in speed

@@ -103,9 +103,10 @@ def test_signal_saves_at_a_step_boundary_and_resume_finishes_the_run(
     logged = read_scalars(run_dir)["train/loss"]
     assert logged[-1][0] == saved["global_step"]  # TensorBoard was flushed up to the saved step
 
-    result = run_cli("train", f"resume={run_dir}", cwd=tmp_path, env=ENV)
-    assert result.returncode == 0, result.stderr
-    assert_same_run(run_dir, reference_run)
+    if signal_number == signal.SIGTERM:  # finishing the run is the same for both signals
+        result = run_cli("train", f"resume={run_dir}", cwd=tmp_path, env=ENV)
+        assert result.returncode == 0, result.stderr
+        assert_same_run(run_dir, reference_run)
 
 
 def test_second_sigint_aborts_at_once(tmp_path):

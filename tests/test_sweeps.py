@@ -90,13 +90,13 @@ def test_optuna_search_reports_its_best_trial(tmp_path):
 
     # The study is persistent: running again continues it.
     again = run_cli(
-        "train", "-m", "hparams_search=digits_optuna", "hydra.sweeper.n_trials=2",
+        "train", "-m", "hparams_search=digits_optuna", "hydra.sweeper.n_trials=1",
         "hydra.sweeper.sampler.seed=1", *TINY, f"hydra.sweeper.storage=sqlite:///{tmp_path / 'study.db'}",
         cwd=tmp_path / "outputs",
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
     study = optuna.load_study(study_name="digits_optuna", storage=f"sqlite:///{tmp_path / 'study.db'}")
-    assert len(study.trials) == 6
+    assert len(study.trials) == 5
 
 
 def test_a_failing_job_does_not_stop_the_others(tmp_path):
@@ -137,7 +137,7 @@ def test_report_rebuilds_the_summary_of_an_interrupted_sweep(tmp_path):
 
 
 def test_sweeps_started_together_get_their_own_directories(tmp_path):
-    command = [sys.executable, "-m", "runner", "train", "-m", "seed=0,1", *TINY]
+    command = [sys.executable, "-m", "runner", "train", "-m", "seed=0", *TINY]
     processes = [
         subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         for _ in range(2)
@@ -148,4 +148,4 @@ def test_sweeps_started_together_get_their_own_directories(tmp_path):
     sweeps = list((tmp_path / "outputs" / "multirun").glob("*/*"))
     assert len(sweeps) == 2
     for directory in sweeps:
-        assert len(summary_rows(directory)) == 2
+        assert len(summary_rows(directory)) == 1
