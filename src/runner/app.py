@@ -249,13 +249,17 @@ def main_report(arguments: Sequence[str]) -> None:
 
 
 def task_setup(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
-    """The validated config and what train would build from it (for doctor and lr_find)."""
+    """The validated config and what train would build from it (for doctor and lr_find); a bad
+    setting exits with its one-line error."""
     from runner.train import prepare
 
-    config = plain_config(cfg)
-    validate_config(config)
-    seed = config["seed"] if config["seed"] is not None else secrets.randbelow(2**32)
-    return config, prepare(config, hydra.utils.instantiate, seed)
+    try:
+        config = plain_config(cfg)
+        validate_config(config)
+        seed = config["seed"] if config["seed"] is not None else secrets.randbelow(2**32)
+        return config, prepare(config, hydra.utils.instantiate, seed)
+    except UserError as error:
+        exit_with(error)
 
 
 def optimizer_factory(config: dict[str, Any]) -> Callable[[Any], Any]:
@@ -275,10 +279,7 @@ DOCTOR_JSON = {"enabled": False}
 def hydra_doctor(cfg: DictConfig) -> None:
     from runner.doctor import FAIL, Setup, format_table, run_checks, to_json
 
-    try:
-        config, prepared = task_setup(cfg)
-    except UserError as error:
-        exit_with(error)
+    config, prepared = task_setup(cfg)
     setup = Setup(
         model=prepared.parts.model,
         optimizer_factory=optimizer_factory(config),
@@ -312,10 +313,7 @@ def main_doctor(arguments: Sequence[str]) -> None:
 def hydra_lr_find(cfg: DictConfig) -> None:
     from runner.lr_find import find_lr, record
 
-    try:
-        config, prepared = task_setup(cfg)
-    except UserError as error:
-        exit_with(error)
+    config, prepared = task_setup(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
 
     curve = find_lr(
