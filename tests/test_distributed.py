@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 from conftest import REPO, read_scalars, run_cli
 
@@ -20,6 +21,11 @@ DATA = (
     "trainer.max_steps=20",
     "trainer.log_every_n_steps=1",
 )
+# One NaN sample: the step whose batch holds it must be skipped alike by one process and by two.
+NAN_SKIPPED = (
+    "data.dataset._target_=slow_data.slow_classification", "+data.dataset.seconds_per_item=0",
+    "+data.dataset.nan_sample=37", "on_nonfinite=skip",
+)  # fmt: skip
 
 
 def torchrun(*arguments: str, cwd, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -33,17 +39,24 @@ def weights(run_dir):
 
 
 def test_two_processes_equal_one_and_resume_exactly_after_sigkill(tmp_path):
-    """2 processes x batch 8 x accumulate 2 give the weights of 1 process x batch 32 on the same samples;
-    killed and resumed, the 2-process run ends exactly as if it had not stopped."""
-    single = run_cli("train", *DATA, "data.batch_size=32", f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path)
+    """2 processes x batch 8 x accumulate 2 give the weights of 1 process x batch 32 on the same samples,
+    a step with a non-finite gradient skipped alike; killed and resumed, the 2-process run ends exactly
+    as if it had not stopped."""
+    single = run_cli(
+        "train", *DATA, *NAN_SKIPPED, "data.batch_size=32", f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path,
+        env=ENV,
+    )  # fmt: skip
     assert single.returncode == 0, single.stderr
     double = torchrun(
-        *DATA, "data.batch_size=8", "accumulate=2", f"hydra.run.dir={tmp_path / 'two'}", cwd=tmp_path
-    )
+        *DATA, *NAN_SKIPPED, "data.batch_size=8", "accumulate=2", f"hydra.run.dir={tmp_path / 'two'}",
+        cwd=tmp_path,
+    )  # fmt: skip
     assert double.returncode == 0, double.stderr
     one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
     for key in one:
         torch.testing.assert_close(two[key], one[key], rtol=1e-5, atol=1e-5)
+    for run in ("one", "two"):
+        assert read_scalars(tmp_path / run)["train/skipped_steps"][-1][1] == 1, run
     assert "effective batch  32 = 8 (data.batch_size) x 2 (accumulate) x 2 (world size)" in double.stdout
     # Only rank 0 writes: one TensorBoard run, one checkpoint folder, Hydra's record once.
     assert sorted(p.name for p in (tmp_path / "two").iterdir() if p.name.startswith("train")) == [
@@ -55,8 +68,8 @@ def test_two_processes_equal_one_and_resume_exactly_after_sigkill(tmp_path):
     # The same 2-process run, killed with SIGKILL at a random step and resumed, ends bit-identical.
     killed = tmp_path / "killed"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-               "runner", "train", *DATA, "data.batch_size=8", "accumulate=2", "checkpoint.every_n_steps=1",
-               "data.dataset._target_=slow_data.slow_classification", "+data.dataset.seconds_per_item=0.004",
+               "runner", "train", *DATA, *NAN_SKIPPED, "data.batch_size=8", "accumulate=2",
+               "checkpoint.every_n_steps=1", "data.dataset.seconds_per_item=0.004",
                f"hydra.run.dir={killed}"]  # fmt: skip
     process = subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
@@ -71,7 +84,8 @@ def test_two_processes_equal_one_and_resume_exactly_after_sigkill(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     for key, tensor in weights(tmp_path / "two").items():
         assert torch.equal(weights(killed)[key], tensor), key
-    assert read_scalars(killed)["train/loss"] == read_scalars(tmp_path / "two")["train/loss"]
+    for tag in ("train/loss", "train/skipped_steps"):
+        assert read_scalars(killed)[tag] == read_scalars(tmp_path / "two")[tag], tag
 
 
 def test_sigterm_stops_every_rank_at_one_step_and_resume_needs_the_same_world_size(tmp_path):
@@ -102,3 +116,20 @@ def test_sigterm_stops_every_rank_at_one_step_and_resume_needs_the_same_world_si
     assert torch.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 60
     steps = [step for step, _ in read_scalars(run_dir)["train/loss"]]
     assert steps == list(range(1, 61))  # no step missing, none twice
+
+
+def test_a_submitit_job_with_several_tasks_is_refused(monkeypatch):
+    """Several submitit tasks without torchrun would be independent copies of one run in one directory."""
+    from runner.checks import ConfigError
+    from runner.distributed import from_environment
+    from runner.train import check_one_task_per_job
+
+    job = {"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_JOB_ID": "1", "SUBMITIT_LOCAL_NTASKS": "2",
+           "SUBMITIT_LOCAL_JOB_NUM_NODES": "1", "SUBMITIT_LOCAL_NODEID": "0", "SUBMITIT_LOCAL_GLOBALID": "0",
+           "SUBMITIT_LOCAL_LOCALID": "0"}  # fmt: skip
+    for name, value in job.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match="tasks_per_node=1"):
+        check_one_task_per_job(from_environment())
+    monkeypatch.setenv("SUBMITIT_LOCAL_NTASKS", "1")
+    check_one_task_per_job(from_environment())

@@ -92,7 +92,7 @@ def test_signal_saves_at_a_step_boundary_and_resume_finishes_the_run(
     tmp_path, reference_run, signal_number, exit_code
 ):
     run_dir = tmp_path / "run"
-    process = start(run_dir)
+    process = start(run_dir, "resume=auto")  # finds no checkpoint of its own: starts afresh
     wait_for_checkpoint(run_dir, 10, process)
     process.send_signal(signal_number)
     out, err = process.communicate(timeout=60)
@@ -104,8 +104,10 @@ def test_signal_saves_at_a_step_boundary_and_resume_finishes_the_run(
     assert logged[-1][0] == saved["global_step"]  # TensorBoard was flushed up to the saved step
 
     if signal_number == signal.SIGTERM:  # finishing the run is the same for both signals
-        result = run_cli("train", f"resume={run_dir}", cwd=tmp_path, env=ENV)
+        # What a scheduler that requeues a job does: the very same command, in the same directory.
+        result = run_cli("train", *SLOW_RUN, "resume=auto", f"hydra.run.dir={run_dir}", cwd=tmp_path, env=ENV)
         assert result.returncode == 0, result.stderr
+        assert "resumed from" in result.stdout and "last.pt" in result.stdout
         assert_same_run(run_dir, reference_run)
 
 
@@ -253,16 +255,40 @@ def test_validation_at_an_epoch_end_saves_the_next_epoch_position(tmp_path, run_
     assert torch.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 12
 
 
-def test_resume_auto_reruns_the_same_command_in_place(tmp_path, reference_run):
-    """What a scheduler that requeues a job does: the very same command, in the same directory.
-    The first start finds nothing and starts afresh; the rerun after SIGTERM continues."""
-    run_dir = tmp_path / "run"
-    process = start(run_dir, "resume=auto")
-    wait_for_checkpoint(run_dir, 8, process)
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 143, err
-    rerun = run_cli("train", *SLOW_RUN, "resume=auto", f"hydra.run.dir={run_dir}", cwd=tmp_path, env=ENV)
-    assert rerun.returncode == 0, rerun.stderr
-    assert "resumed from" in rerun.stdout and "last.pt" in rerun.stdout
-    assert_same_run(run_dir, reference_run)
+def submitit_task_pid(submitit_folder: Path, process: subprocess.Popen, timeout: float = 120) -> int:
+    """The job's task process, as submitit's local executor started it (what SLURM would signal)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        for proc in Path("/proc").iterdir():
+            try:
+                command = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"submitit.core._submit" in command and str(submitit_folder).encode() in b" ".join(command):
+                return int(proc.name)
+        time.sleep(0.05)
+    raise AssertionError("no submitit task process")
+
+
+def test_submitit_preemption_saves_requeues_and_the_job_resumes(tmp_path, reference_run):
+    """The SLURM path, run by submitit's local executor: the preemption signal (SIGUSR2) reaches the
+    job mid-training; runner saves last.pt, hands the signal to submitit, which requeues the job; the
+    requeued job resumes in its own directory and ends bit-identical to an uninterrupted run."""
+    sweep_dir = tmp_path / "sweep"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runner", "train", "-m", "hydra/launcher=submitit_local", *SLOW_RUN,
+         f"hydra.sweep.dir={sweep_dir}"],
+        cwd=tmp_path, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    job_dir = sweep_dir / "0"
+    task = submitit_task_pid(sweep_dir / ".submitit", process)
+    wait_for_checkpoint(job_dir, 8, process)
+    os.kill(task, signal.SIGUSR2)
+    _, err = process.communicate(timeout=240)
+    assert process.returncode == 0, err
+    log = (job_dir / "train.log").read_text()
+    assert "stopped by SIGUSR2" in log and "Requeued job" in log, log
+    assert "resumed from" in log and "last.pt" in log, log
+    assert_same_run(job_dir, reference_run)
+    assert "| ok |" in (sweep_dir / "summary.md").read_text()

@@ -149,3 +149,18 @@ def test_sweeps_started_together_get_their_own_directories(tmp_path):
     assert len(sweeps) == 2
     for directory in sweeps:
         assert len(summary_rows(directory)) == 1
+
+
+def test_the_slurm_launcher_config_is_preemption_safe():
+    """The shipped SLURM example: the preemption signal before the limit, requeues allowed, one task."""
+    from hydra import compose, initialize_config_dir
+
+    import runner.app  # noqa: F401  (registers the schema and resolvers)
+
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        overrides = ["hydra/launcher=slurm", "hydra.launcher.partition=gpu"]
+        config = compose("config", overrides, return_hydra_config=True)
+    launcher = config.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher") and launcher.partition == "gpu"
+    assert launcher.signal_delay_s > 0 and launcher.max_num_timeout > 0
+    assert launcher.tasks_per_node == 1 and launcher.nodes == 1

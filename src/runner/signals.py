@@ -1,19 +1,40 @@
-"""Preemption: SIGTERM or SIGINT asks the run to stop at the next optimizer-step boundary."""
+"""Preemption: SIGTERM, SIGINT, or a cluster's preemption signal asks the run to stop at the next
+optimizer-step boundary, after which it saves ``last.pt`` and exits.
+
+Inside a submitit job (SLURM, or submitit's local executor) submitit sends its preemption signal
+(SIGUSR2 unless ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise) before a timeout or on preemption, and its
+own handler requeues the job and exits. Runner takes that signal first, saves, and then hands it to
+submitit's handler, so the requeued job finds the checkpoint (``resume=auto``) and continues.
+"""
 
 import os
 import signal
+from collections.abc import Callable
 from types import FrameType
 
 from runner.distributed import any_process
 
 
+def in_submitit_job() -> bool:
+    """submitit exports SUBMITIT_EXECUTOR (``slurm`` or ``local``) into every job it starts."""
+    return bool(os.environ.get("SUBMITIT_EXECUTOR"))
+
+
+def preemption_signal() -> signal.Signals | None:
+    """The signal submitit sends before a timeout or on preemption; None outside a submitit job."""
+    if not in_submitit_job():
+        return None
+    return getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), None)
+
+
 class GracefulStop:
-    """While active, the first SIGTERM/SIGINT only sets ``signal_number``; the loop saves and
-    exits at the next step boundary. A second SIGINT aborts at once."""
+    """While active, the first stop signal only sets ``signal_number``; the loop saves and exits at
+    the next step boundary. A second SIGINT aborts at once."""
 
     def __init__(self) -> None:
         self.signal_number: int | None = None
         self._previous: dict[int, object] = {}
+        self._preemption = preemption_signal()
 
     def _handle(self, number: int, frame: FrameType | None) -> None:
         if self.signal_number == signal.SIGINT and number == signal.SIGINT:
@@ -21,9 +42,10 @@ class GracefulStop:
         if self.signal_number is None:
             self.signal_number = number
             name = signal.Signals(number).name
+            then = "handing over to submitit (requeue)" if number == self._preemption else "exiting"
             os.write(
                 2,
-                f"runner: {name} received: saving at the next step boundary, then exiting "
+                f"runner: {name} received: saving at the next step boundary, then {then} "
                 "(Ctrl-C again aborts at once)\n".encode(),
             )
 
@@ -32,10 +54,19 @@ class GracefulStop:
         return any_process(self.signal_number or 0) or None
 
     def __enter__(self) -> "GracefulStop":
-        for number in (signal.SIGTERM, signal.SIGINT):
+        numbers = [signal.SIGTERM, signal.SIGINT] + ([self._preemption] if self._preemption else [])
+        for number in numbers:
             self._previous[number] = signal.signal(number, self._handle)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         for number, handler in self._previous.items():
             signal.signal(number, handler)
+
+    def exit_for(self, number: int) -> None:
+        """After the save: the preemption signal goes on to the handler it was meant for (submitit's
+        requeue-and-exit); anything else exits with the shell's status for a signal, 128 + number."""
+        handler = self._previous.get(number)
+        if number == self._preemption and isinstance(handler, Callable):
+            handler(number, None)
+        raise SystemExit(128 + number)

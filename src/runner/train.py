@@ -40,7 +40,7 @@ from runner.resume import own_checkpoint
 from runner.runplan import run_plan
 from runner.schedules import build_scheduler
 from runner.seeding import draw_seed, seed_everything
-from runner.signals import GracefulStop
+from runner.signals import GracefulStop, in_submitit_job
 from runner.speed import apply_speed_settings
 
 log = logging.getLogger("runner")
@@ -207,9 +207,11 @@ def train(
     ``hparam_keys``: settings recorded for TensorBoard's HParams dashboard besides the usual ones
     (a sweep passes the keys it varies)."""
     process = from_environment()
-    resume_path = (
-        own_checkpoint(run_dir) if config["resume"] == "auto" else config["resume"] and Path(config["resume"])
-    )
+    resume = config["resume"]
+    if in_submitit_job():
+        check_one_task_per_job(process)
+        resume = resume or "auto"  # a requeued job continues from its own run directory's checkpoint
+    resume_path = own_checkpoint(run_dir) if resume == "auto" else resume and Path(resume)
     checkpoint = load_checkpoint(resume_path) if resume_path else None
     if checkpoint is not None:
         check_resume_compatible(checkpoint["config"], config, resume_path)
@@ -316,8 +318,21 @@ def train(
         logger.close()
     report_end(state, checkpointer, last, run_dir)
     if state.stopped_by_signal is not None:
-        raise SystemExit(128 + state.stopped_by_signal)
+        stop.exit_for(state.stopped_by_signal)
     return state.best_val
+
+
+def check_one_task_per_job(process: ProcessInfo) -> None:
+    """A submitit job with several tasks would start independent copies of one run in one directory."""
+    import submitit
+
+    tasks = submitit.JobEnvironment().num_tasks
+    if tasks > 1 and not process.distributed:
+        raise ConfigError(
+            f"hydra.launcher: this submitit job has {tasks} tasks (tasks_per_node x nodes); runner runs one "
+            "process per submitit job: set hydra.launcher.tasks_per_node=1 and hydra.launcher.nodes=1, and "
+            "use torchrun for several processes"
+        )
 
 
 def report_end(state: TrainState, checkpointer: Checkpointer, last: Path | None, run_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""Test-only data: the built-in regression, slowed down so a test can signal a run mid-training."""
+"""Test-only data: the built-in classification, slowed down so a test can signal a run mid-training."""
 
 import time
 
@@ -20,8 +20,11 @@ class Slow(Dataset):
         return self.inner[index]
 
 
-def slow_classification(seconds_per_item: float = 0.001, **kwargs):
+def slow_classification(seconds_per_item: float = 0.001, nan_sample: int | None = None, **kwargs):
+    """``nan_sample``: that training sample's first feature becomes NaN (for the non-finite guard)."""
     train, val = make_classification(**kwargs)
+    if nan_sample is not None:
+        train.tensors[0][nan_sample, 0] = float("nan")
     return Slow(train, seconds_per_item), val
 
 
