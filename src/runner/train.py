@@ -207,11 +207,13 @@ def train(
     ``hparam_keys``: settings recorded for TensorBoard's HParams dashboard besides the usual ones
     (a sweep passes the keys it varies)."""
     process = from_environment()
-    resume = config["resume"]
-    if in_submitit_job():
+    submitit_job = in_submitit_job()
+    if submitit_job:
         check_one_task_per_job(process)
-        resume = resume or "auto"  # a requeued job continues from its own run directory's checkpoint
-    resume_path = own_checkpoint(run_dir) if resume == "auto" else resume and Path(resume)
+    # A submitit job that finds a checkpoint in its own directory was requeued: it continues from there.
+    resume_path = own_checkpoint(run_dir) if config["resume"] == "auto" or submitit_job else None
+    if resume_path is None and config["resume"] not in (None, "auto"):
+        resume_path = Path(config["resume"])
     checkpoint = load_checkpoint(resume_path) if resume_path else None
     if checkpoint is not None:
         check_resume_compatible(checkpoint["config"], config, resume_path)
