@@ -8,10 +8,12 @@ interleaved (runner, raw, runner, raw, ...) so drifting machine load hits both a
 thread. Per-step times come from the wall-clock stamps of the ``train/loss`` TensorBoard events both
 write every step, after a warm-up; start-up is from launching the process to the first logged step;
 peak RSS is the child's own (``wait4``). The table gives median [min-max] over repeats and the runner/raw
-ratio paired repeat by repeat.
+ratio paired repeat by repeat. If PyTorch Lightning is installed, the same loop written for it
+(``lightning_loop.py``) is a third contender; it is never a dependency.
 """
 
 import argparse
+import importlib.util
 import itertools
 import json
 import os
@@ -51,15 +53,24 @@ def runner_command(workload: str, accumulate: int, steps: int, run_dir: Path) ->
     ]  # fmt: skip
 
 
-def raw_command(workload: str, accumulate: int, steps: int, run_dir: Path) -> list[str]:
+def script_command(script: str, workload: str, accumulate: int, steps: int, run_dir: Path) -> list[str]:
     features, hidden, outputs, task = WORKLOADS[workload]
     return [
-        sys.executable, str(Path(__file__).with_name("raw_loop.py")), str(run_dir), str(features),
+        sys.executable, str(Path(__file__).with_name(script)), str(run_dir), str(features),
         ",".join(map(str, hidden)), str(outputs), task, str(accumulate), str(steps),
     ]  # fmt: skip
 
 
-def step_times(run_dir: Path) -> list[float]:
+def raw_command(workload: str, accumulate: int, steps: int, run_dir: Path) -> list[str]:
+    return script_command("raw_loop.py", workload, accumulate, steps, run_dir)
+
+
+def lightning_command(workload: str, accumulate: int, steps: int, run_dir: Path) -> list[str]:
+    return script_command("lightning_loop.py", workload, accumulate, steps, run_dir)
+
+
+def step_times(run_dir: Path) -> tuple[list[float], float]:
+    """Seconds between consecutive optimizer steps' loss events, and the first event's wall time."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
@@ -100,12 +111,15 @@ def main() -> None:
     args = parser.parse_args()
     steps_for = {"tiny": 1500, "medium": 300}
 
+    contenders = {"runner": runner_command, "raw": raw_command}
+    if importlib.util.find_spec("lightning") is not None:  # optional third column, never a dependency
+        contenders["lightning"] = lightning_command
     rows, measurements = [], []
     for workload in args.workloads.split(","):
         for accumulate in map(int, args.accumulate.split(",")):
-            results = {"runner": [], "raw": []}
+            results = {name: [] for name in contenders}
             for _ in range(args.repeats):
-                for name, command in (("runner", runner_command), ("raw", raw_command)):
+                for name, command in contenders.items():
                     with tempfile.TemporaryDirectory() as scratch:
                         run_dir = Path(scratch) / "run"
                         steps = steps_for.get(workload, 300)
@@ -124,22 +138,33 @@ def main() -> None:
                 r["peak_rss_mib"] - w["peak_rss_mib"]
                 for r, w in zip(results["runner"], results["raw"], strict=True)
             ]
-            rows.append([
+            row = [
                 f"{workload} accumulate={accumulate}",
                 spread([r["ms_per_step"] for r in results["runner"]]),
                 spread([r["ms_per_step"] for r in results["raw"]]),
                 spread(ratios),
-                spread([r["startup_s"] for r in results["runner"]])
-                + " / "
-                + spread([r["startup_s"] for r in results["raw"]]),
+                " / ".join(spread([r["startup_s"] for r in results[name]]) for name in contenders),
                 spread(startup_gap, 2),
-                f"{statistics.median([r['peak_rss_mib'] for r in results['runner']]):.0f} / "
-                f"{statistics.median([r['peak_rss_mib'] for r in results['raw']]):.0f}",
+                " / ".join(f"{statistics.median([r['peak_rss_mib'] for r in results[name]]):.0f}"
+                           for name in contenders),
                 spread(rss_gap, 2),
-            ])  # fmt: skip
+            ]  # fmt: skip
+            if "lightning" in results:
+                row[4:4] = [
+                    spread([r["ms_per_step"] for r in results["lightning"]]),
+                    spread([
+                        lit["ms_per_step"] / w["ms_per_step"]
+                        for lit, w in zip(results["lightning"], results["raw"], strict=True)
+                    ]),
+                ]  # fmt: skip
+            rows.append(row)
             measurements.append({"workload": workload, "accumulate": accumulate, **results})
-    header = ["workload", "runner ms/step", "raw ms/step", "runner/raw", "start-up s (runner / raw)",
-              "start-up gap s", "peak RSS MiB (runner / raw)", "RSS gap MiB"]  # fmt: skip
+    names = " / ".join(contenders)
+    header = ["workload", "runner ms/step", "raw ms/step", "runner/raw", f"start-up s ({names})",
+              "start-up gap s (runner - raw)", f"peak RSS MiB ({names})",
+              "RSS gap MiB (runner - raw)"]  # fmt: skip
+    if "lightning" in contenders:
+        header[4:4] = ["lightning ms/step", "lightning/raw"]
     print("| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
     for row in rows:
