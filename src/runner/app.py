@@ -42,6 +42,8 @@ OmegaConf.register_new_resolver("unique_suffix", lambda: secrets.token_hex(2), u
 ConfigStore.instance().store(name="runner_schema", node=RunConfig)
 ConfigStore.instance().store(group="data", name="base_data", node=DataConfig)
 
+# Hydra's flags that choose another primary config or config directory.
+CONFIG_LOCATION_FLAGS = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir"}
 # Command-line flags of Hydra's that take the next argument as their value.
 HYDRA_FLAGS_WITH_VALUE = {
     "-c", "--cfg", "-p", "--package", "-cp", "--config-path",
@@ -189,6 +191,24 @@ def distributed_arguments(arguments: list[str]) -> list[str]:
     return [*arguments, *extra]
 
 
+def config_may_set_run_mode(arguments: Sequence[str]) -> bool:
+    """Whether a config other than runner's own could set ``hydra.mode``: another primary config, an
+    extra search path, or a ``hydra.mode`` override. Runner's shipped configs never set it."""
+    if any(a.split("=", 1)[0] in CONFIG_LOCATION_FLAGS for a in arguments):
+        return True
+    keys = [override_key(o).lstrip("+~") for o in override_arguments(arguments)]
+    return any(key.startswith(("hydra.mode", "hydra.searchpath")) for key in keys)
+
+
+def skip_run_mode_detection() -> None:
+    """Hydra composes the whole config once only to read ``hydra.mode`` (about 0.2 s of start-up),
+    then again to run. Where no config can set it, its answer is "not set", and the command line's
+    -m decides, exactly as Hydra then does: skip that first composition."""
+    from hydra._internal.hydra import Hydra
+
+    Hydra.get_mode = lambda self, config_name, overrides: None
+
+
 def main_train(arguments: Sequence[str]) -> None:
     distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
     try:
@@ -198,6 +218,8 @@ def main_train(arguments: Sequence[str]) -> None:
             arguments = distributed_arguments(arguments)
     except UserError as error:
         exit_with(error)
+    if not config_may_set_run_mode(arguments):
+        skip_run_mode_detection()
     sys.argv = [sys.argv[0], *arguments]
     try:
         hydra_train()
