@@ -108,11 +108,13 @@ def main() -> None:
     parser.add_argument("--accumulate", default="1,4")
     parser.add_argument("--warmup", type=int, default=50, help="logged steps skipped before timing")
     parser.add_argument("--json", type=Path, help="also write the raw measurements here")
+    parser.add_argument("--without-lightning", action="store_true", help="even where it is installed")
     args = parser.parse_args()
     steps_for = {"tiny": 1500, "medium": 300}
 
     contenders = {"runner": runner_command, "raw": raw_command}
-    if importlib.util.find_spec("lightning") is not None:  # optional third column, never a dependency
+    lightning_installed = importlib.util.find_spec("lightning") is not None  # optional, never a dependency
+    if lightning_installed and not args.without_lightning:
         contenders["lightning"] = lightning_command
     rows, measurements = [], []
     for workload in args.workloads.split(","):
