@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 import torch
 from conftest import REPO, read_scalars, run_cli
 
@@ -41,7 +40,7 @@ def weights(run_dir):
 def test_two_processes_equal_one_and_resume_exactly_after_sigkill(tmp_path):
     """2 processes x batch 8 x accumulate 2 give the weights of 1 process x batch 32 on the same samples,
     a step with a non-finite gradient skipped alike; killed and resumed, the 2-process run ends exactly
-    as if it had not stopped."""
+    as if it had not stopped; a submitit job's two tasks are that same run."""
     single = run_cli(
         "train", *DATA, *NAN_SKIPPED, "data.batch_size=32", f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path,
         env=ENV,
@@ -87,6 +86,18 @@ def test_two_processes_equal_one_and_resume_exactly_after_sigkill(tmp_path):
     for tag in ("train/loss", "train/skipped_steps"):
         assert read_scalars(killed)[tag] == read_scalars(tmp_path / "two")[tag], tag
 
+    # A sweep job with two submitit tasks (as SLURM's tasks_per_node=2 gives) is the same 2-process run.
+    sweep = run_cli(
+        "train", "-m", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2", *DATA,
+        *NAN_SKIPPED, "data.batch_size=8", "accumulate=2", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path, env=ENV,
+    )  # fmt: skip
+    assert sweep.returncode == 0, sweep.stderr
+    for key, tensor in weights(tmp_path / "two").items():
+        assert torch.equal(weights(tmp_path / "sweep" / "0")[key], tensor), key
+    assert "x 2 (world size)" in (tmp_path / "sweep" / "0" / "train.log").read_text()
+    assert (tmp_path / "sweep" / "0" / "train.rank1.log").read_text() == ""  # warnings only, and none
+
 
 def test_sigterm_stops_every_rank_at_one_step_and_resume_needs_the_same_world_size(tmp_path):
     run_dir = tmp_path / "run"
@@ -116,20 +127,3 @@ def test_sigterm_stops_every_rank_at_one_step_and_resume_needs_the_same_world_si
     assert torch.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 60
     steps = [step for step, _ in read_scalars(run_dir)["train/loss"]]
     assert steps == list(range(1, 61))  # no step missing, none twice
-
-
-def test_a_submitit_job_with_several_tasks_is_refused(monkeypatch):
-    """Several submitit tasks without torchrun would be independent copies of one run in one directory."""
-    from runner.checks import ConfigError
-    from runner.distributed import from_environment
-    from runner.train import check_one_task_per_job
-
-    job = {"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_JOB_ID": "1", "SUBMITIT_LOCAL_NTASKS": "2",
-           "SUBMITIT_LOCAL_JOB_NUM_NODES": "1", "SUBMITIT_LOCAL_NODEID": "0", "SUBMITIT_LOCAL_GLOBALID": "0",
-           "SUBMITIT_LOCAL_LOCALID": "0"}  # fmt: skip
-    for name, value in job.items():
-        monkeypatch.setenv(name, value)
-    with pytest.raises(ConfigError, match="tasks_per_node=1"):
-        check_one_task_per_job(from_environment())
-    monkeypatch.setenv("SUBMITIT_LOCAL_NTASKS", "1")
-    check_one_task_per_job(from_environment())

@@ -10,7 +10,8 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -115,25 +116,53 @@ def hydra_train(cfg: DictConfig) -> float | None:
     in_sweep = hydra_config.mode == RunMode.MULTIRUN
     swept_keys = [override_key(o) for o in hydra_config.overrides.task]
     started = time.time()
+    with submitit_tasks_as_ranks(run_dir):
+        try:
+            config = plain_config(cfg)
+            validate_config(config)
+            best = train(config, run_dir, build=hydra.utils.instantiate, hparam_keys=swept_keys)
+        except UserError as error:
+            if not in_sweep:
+                exit_with(error)  # bad input writes nothing beyond Hydra's own files
+            write_result(run_dir, "failed", time.time() - started, error=str(error))
+            log.error("job failed: %s", error)
+            return math.nan
+        except Exception as error:
+            write_result(run_dir, "failed", time.time() - started, error=f"{type(error).__name__}: {error}")
+            if not in_sweep:
+                raise
+            log.exception("job failed")
+            return math.nan
+        if int(os.environ.get("RANK", 0)) == 0:
+            write_result(run_dir, "ok", time.time() - started, best=best)
+        return best
+
+
+@contextmanager
+def submitit_tasks_as_ranks(run_dir: Path) -> Iterator[None]:
+    """A submitit job's tasks run as one distributed run (see ``join_submitit_tasks``). Hydra has
+    already set up each task's logging by then, so the other ranks' is redone here as torchrun's gets
+    it from overrides: warnings and errors only, to ``train.rank<N>.log``."""
+    from runner.distributed import join_submitit_tasks, stop_process_group
+
+    if not join_submitit_tasks():
+        yield
+        return
+    rank = int(os.environ["RANK"])
+    if rank != 0:
+        root = logging.getLogger()
+        for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+            root.removeHandler(handler)
+            handler.close()
+            rank_file = logging.FileHandler(run_dir / f"train.rank{rank}.log")
+            rank_file.setFormatter(handler.formatter)
+            root.addHandler(rank_file)
+        for handler in root.handlers:  # also for loggers with levels of their own (submitit's)
+            handler.setLevel(logging.WARNING)
     try:
-        config = plain_config(cfg)
-        validate_config(config)
-        best = train(config, run_dir, build=hydra.utils.instantiate, hparam_keys=swept_keys)
-    except UserError as error:
-        if not in_sweep:
-            exit_with(error)  # bad input writes nothing beyond Hydra's own files
-        write_result(run_dir, "failed", time.time() - started, error=str(error))
-        log.error("job failed: %s", error)
-        return math.nan
-    except Exception as error:
-        write_result(run_dir, "failed", time.time() - started, error=f"{type(error).__name__}: {error}")
-        if not in_sweep:
-            raise
-        log.exception("job failed")
-        return math.nan
-    if int(os.environ.get("RANK", 0)) == 0:
-        write_result(run_dir, "ok", time.time() - started, best=best)
-    return best
+        yield
+    finally:
+        stop_process_group()
 
 
 def exit_with(error: UserError) -> NoReturn:

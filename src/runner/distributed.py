@@ -1,7 +1,8 @@
-"""Several processes through torchrun: PyTorch's own process group and DistributedDataParallel.
+"""Several processes through torchrun or a submitit job's tasks: PyTorch's own process group and
+DistributedDataParallel.
 
-torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; without them everything here is the one-process
-identity, so the engine reads the same either way.
+torchrun sets RANK, WORLD_SIZE and LOCAL_RANK (submitit's helper exports the same for a job's tasks);
+without them everything here is the one-process identity, so the engine reads the same either way.
 """
 
 import os
@@ -34,6 +35,26 @@ def from_environment() -> ProcessInfo:
         world_size=int(os.environ.get("WORLD_SIZE", 1)),
         local_rank=int(os.environ.get("LOCAL_RANK", 0)),
     )
+
+
+def in_submitit_job() -> bool:
+    """submitit exports SUBMITIT_EXECUTOR (``slurm`` or ``local``) into every job it starts."""
+    return bool(os.environ.get("SUBMITIT_EXECUTOR"))
+
+
+def join_submitit_tasks() -> bool:
+    """In a submitit job with several tasks (SLURM's tasks_per_node x nodes, or the local executor's),
+    every task becomes a rank, as under torchrun: submitit exports RANK, WORLD_SIZE, LOCAL_RANK,
+    MASTER_ADDR and MASTER_PORT from the job's environment. Returns whether a process group started."""
+    if not in_submitit_job() or "RANK" in os.environ:  # not submitit, or torchrun started inside a job
+        return False
+    import submitit
+
+    if submitit.JobEnvironment().num_tasks == 1:
+        return False
+    submitit.helpers.TorchDistributedEnvironment().export()
+    start_process_group()
+    return True
 
 
 def start_process_group() -> None:

@@ -12,12 +12,7 @@ import signal
 from collections.abc import Callable
 from types import FrameType
 
-from runner.distributed import any_process
-
-
-def in_submitit_job() -> bool:
-    """submitit exports SUBMITIT_EXECUTOR (``slurm`` or ``local``) into every job it starts."""
-    return bool(os.environ.get("SUBMITIT_EXECUTOR"))
+from runner.distributed import any_process, in_submitit_job
 
 
 def preemption_signal() -> signal.Signals | None:

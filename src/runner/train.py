@@ -32,7 +32,7 @@ from runner.checkpoints import (
 from runner.checks import ConfigError, show
 from runner.data.loading import make_loaders
 from runner.device import resolve_device
-from runner.distributed import ProcessInfo, from_environment
+from runner.distributed import ProcessInfo, from_environment, in_submitit_job
 from runner.engine import Checkpointer, LoopSettings, NoCheckpoints, TrainState, fit, planned_steps
 from runner.metrics import NullLogger, TensorBoardLogger
 from runner.precision import Precision, resolve_precision
@@ -40,7 +40,7 @@ from runner.resume import own_checkpoint
 from runner.runplan import run_plan
 from runner.schedules import build_scheduler
 from runner.seeding import draw_seed, seed_everything
-from runner.signals import GracefulStop, in_submitit_job
+from runner.signals import GracefulStop
 from runner.speed import apply_speed_settings
 
 log = logging.getLogger("runner")
@@ -207,11 +207,8 @@ def train(
     ``hparam_keys``: settings recorded for TensorBoard's HParams dashboard besides the usual ones
     (a sweep passes the keys it varies)."""
     process = from_environment()
-    submitit_job = in_submitit_job()
-    if submitit_job:
-        check_one_task_per_job(process)
     # A submitit job that finds a checkpoint in its own directory was requeued: it continues from there.
-    resume_path = own_checkpoint(run_dir) if config["resume"] == "auto" or submitit_job else None
+    resume_path = own_checkpoint(run_dir) if config["resume"] == "auto" or in_submitit_job() else None
     if resume_path is None and config["resume"] not in (None, "auto"):
         resume_path = Path(config["resume"])
     checkpoint = load_checkpoint(resume_path) if resume_path else None
@@ -322,19 +319,6 @@ def train(
     if state.stopped_by_signal is not None:
         stop.exit_for(state.stopped_by_signal)
     return state.best_val
-
-
-def check_one_task_per_job(process: ProcessInfo) -> None:
-    """A submitit job with several tasks would start independent copies of one run in one directory."""
-    import submitit
-
-    tasks = submitit.JobEnvironment().num_tasks
-    if tasks > 1 and not process.distributed:
-        raise ConfigError(
-            f"hydra.launcher: this submitit job has {tasks} tasks (tasks_per_node x nodes); runner runs one "
-            "process per submitit job: set hydra.launcher.tasks_per_node=1 and hydra.launcher.nodes=1, and "
-            "use torchrun for several processes"
-        )
 
 
 def report_end(state: TrainState, checkpointer: Checkpointer, last: Path | None, run_dir: Path) -> None:
