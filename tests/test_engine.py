@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import runner
+import runner.engine
 from runner.data.loading import make_loaders
 from runner.engine import LoopSettings, evaluate, fit
 from runner.metrics import TensorBoardLogger
@@ -193,8 +194,9 @@ def test_no_host_reads_between_log_steps(tmp_path, monkeypatch, on_nonfinite):
         original = getattr(torch.Tensor, name)
 
         def counting(self, *args, _original=original, _name=name, **kwargs):
-            if sys._getframe(1).f_code.co_filename.startswith(runner_code):
-                reads.append(_name)
+            caller = sys._getframe(1).f_code
+            if caller.co_filename.startswith(runner_code):
+                reads.append((_name, caller.co_qualname))
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counting)
@@ -209,12 +211,19 @@ def test_no_host_reads_between_log_steps(tmp_path, monkeypatch, on_nonfinite):
     )  # fmt: skip
     scheduler = build_scheduler(optimizer, "cosine", 20, 2, 0.0, 1, 1.0)
     logger = TensorBoardLogger(tmp_path)
+    to_floats_calls = []
+    read_numbers = runner.engine.to_floats
+    monkeypatch.setattr(runner.engine, "to_floats", lambda values: to_floats_calls.append(sorted(values)) or
+                        read_numbers(values))  # fmt: skip
     reads_before_fit = len(reads)
     fit(model, optimizer, scheduler, nn.MSELoss(), train_loader, sampler, val_loader, CPU,
         resolve_precision("fp32", CPU), settings, logger)  # fmt: skip
     logger.close()
     during_fit = reads[reads_before_fit:]
-    # 4 log steps (5, 10, 15, 20) and the final validation: one batched read each.
-    assert during_fit.count("tolist") == 5
-    assert during_fit.count("__bool__") == (0 if on_nonfinite == "off" else 20)
-    assert len(during_fit) == during_fit.count("tolist") + during_fit.count("__bool__")
+    guard_reads = [read for read in during_fit if read == ("__bool__", "fit")]
+    assert len(guard_reads) == (0 if on_nonfinite == "off" else 20)
+    # Every other read is in to_floats (one batched read on a GPU; item() on the CPU, where it is no
+    # sync), called at the 4 log steps (5, 10, 15, 20) and the final validation only.
+    assert all(function.startswith("to_floats") for _, function in set(during_fit) - set(guard_reads))
+    assert [names[0] for names in to_floats_calls] == ["train/grad_norm"] * 4 + ["val/loss"]
+    assert [step for step, _ in read_scalars(tmp_path)["train/loss"]] == [5, 10, 15, 20]

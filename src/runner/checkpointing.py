@@ -46,6 +46,8 @@ class PeriodicCheckpointer:
     every_n_epochs: int | None
     keep_last: int
     save_best: bool
+    # Makes the metrics logged so far durable first: a checkpoint never outlives its step's logs.
+    before_save: Callable[[], None] = lambda: None
     save_seconds: list[float] = field(default_factory=list)  # the loop's pause per save
     write_seconds: list[float] = field(default_factory=list)  # each background write
     last_saved_step: int | None = None
@@ -84,6 +86,7 @@ class PeriodicCheckpointer:
     def save(self, state: TrainState, name: str, prune: bool = False) -> Path:
         started = time.perf_counter()
         if state != self._snapshot_of:  # best.pt and step_N.pt of one moment share one copy
+            self.before_save()
             self.wait()
             self._snapshot = snapshot(self.payload(state))
             self._snapshot_of = copy.deepcopy(state)

@@ -124,12 +124,12 @@ def accumulation_windows(batches: Iterable, micro_batches_per_step: int) -> Iter
         yield window
 
 
-def clipped_norm(grad_norm: torch.Tensor, max_norm: float | None) -> torch.Tensor:
+def clipped_norm(grad_norm: float, max_norm: float | None) -> float:
     """The total norm after ``clip_grads_with_norm_``: it scales every gradient by this same
-    coefficient, so the norm follows without another pass over the gradients."""
+    coefficient, so the norm follows from the norm before, without another pass over the gradients."""
     if max_norm is None:
         return grad_norm
-    return grad_norm * torch.clamp(max_norm / (grad_norm + 1e-6), max=1.0)
+    return grad_norm * min(max_norm / (grad_norm + 1e-6), 1.0)
 
 
 def move_batch(
@@ -313,9 +313,9 @@ def fit(
 
             if state.step % settings.log_every_n_steps == 0 or state.step == total_steps:
                 scalars = {
-                    "train/loss": sum(weighted_losses),  # the window's mean loss
+                    # The window's mean loss (one micro-batch: its loss as it is, no extra op).
+                    "train/loss": weighted_losses[0] if len(weighted_losses) == 1 else sum(weighted_losses),
                     "train/grad_norm": grad_norm_before_clip,
-                    "train/grad_norm_clipped": clipped_norm(grad_norm_before_clip, settings.clip_norm),
                     "train/lr": lr,
                 }
                 if precision.scaler.is_enabled():
@@ -323,6 +323,8 @@ def fit(
                 if state.skipped_steps or settings.on_nonfinite == "skip":
                     scalars["train/skipped_steps"] = state.skipped_steps
                 scalars = to_floats(scalars)
+                grad_norm = scalars["train/grad_norm"]
+                scalars["train/grad_norm_clipped"] = clipped_norm(grad_norm, settings.clip_norm)
                 now = time.perf_counter()
                 scalars["perf/samples_per_sec"] = samples_since_log / max(now - last_log_time, 1e-9)
                 samples_since_log, last_log_time = 0, now

@@ -272,6 +272,12 @@ def train(
         (run_dir / "run.yaml").write_text(yaml.safe_dump({**config, "runtime": runtime}, sort_keys=False))
         record_split(run_dir, parts.train_set, parts.val_set)
     label_mapping = getattr(parts.train_set, "classes", None)
+    # Events past the checkpoint's step belong to the lost future of the interrupted run.
+    logger = (
+        TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
+        if process.is_main
+        else NullLogger()
+    )
     checkpointer: Checkpointer = NoCheckpoints()
     if config["checkpoint"]["enabled"] and process.is_main:
         checkpointer = PeriodicCheckpointer(
@@ -284,13 +290,8 @@ def train(
             config["checkpoint"]["every_n_epochs"],
             config["checkpoint"]["keep_last"],
             config["checkpoint"]["save_best"],
+            before_save=logger.flush,
         )  # fmt: skip
-    # Events past the checkpoint's step belong to the lost future of the interrupted run.
-    logger = (
-        TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
-        if process.is_main
-        else NullLogger()
-    )
     logger.log_text("run/plan", plan)
     if checkpoint is not None:
         restore_rng_states(checkpoint["rng_states"])
