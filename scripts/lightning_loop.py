@@ -5,16 +5,14 @@ TensorBoard every step). Lightning is never a dependency: ``bench.py`` runs this
     python scripts/lightning_loop.py RUN_DIR FEATURES HIDDEN OUTPUTS TASK ACCUMULATE STEPS
 """
 
-import itertools
 import sys
 
 import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
+from raw_loop import build
 from torch import nn
 from torch.utils.data import DataLoader
-
-from runner.data import make_classification, make_regression
 
 
 class Loop(L.LightningModule):
@@ -39,20 +37,7 @@ class Loop(L.LightningModule):
 def main() -> None:
     run_dir, features, hidden, outputs, task, accumulate, steps = sys.argv[1:]
     features, outputs, accumulate, steps = int(features), int(outputs), int(accumulate), int(steps)
-    widths = [features, *map(int, hidden.split(","))]
-    torch.manual_seed(0)
-    layers: list[nn.Module] = []
-    for width_in, width_out in itertools.pairwise(widths):
-        layers += [nn.Linear(width_in, width_out), nn.ReLU()]
-    model = nn.Sequential(*layers, nn.Linear(widths[-1], outputs))
-    if task == "regression":
-        train_set, _ = make_regression(num_train=4096, num_val=64, num_features=features, learnable=True)
-        loss_fn = nn.MSELoss()
-    else:
-        train_set, _ = make_classification(
-            num_train=4096, num_val=64, num_features=features, num_classes=outputs
-        )
-        loss_fn = nn.CrossEntropyLoss()
+    model, train_set, loss_fn = build(features, hidden, outputs, task)
     trainer = L.Trainer(
         max_steps=steps, max_epochs=-1, devices=1, gradient_clip_val=1.0, accumulate_grad_batches=accumulate,
         log_every_n_steps=1, logger=TensorBoardLogger(run_dir, name="", version=""),

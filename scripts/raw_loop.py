@@ -9,31 +9,33 @@ import sys
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 from torch.utils.tensorboard import SummaryWriter
 
 from runner.data import make_classification, make_regression
 
 
-def main() -> None:
-    run_dir, features, hidden, outputs, task, accumulate, steps = sys.argv[1:]
-    features, outputs, accumulate, steps = int(features), int(outputs), int(accumulate), int(steps)
+def build(features: int, hidden: str, outputs: int, task: str) -> tuple[nn.Module, Dataset, nn.Module]:
+    """Model, training data and loss of a workload (the Lightning contender builds the same)."""
     widths = [features, *map(int, hidden.split(","))]
     torch.manual_seed(0)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
     layers: list[nn.Module] = []
     for width_in, width_out in itertools.pairwise(widths):
         layers += [nn.Linear(width_in, width_out), nn.ReLU()]
-    model = nn.Sequential(*layers, nn.Linear(widths[-1], outputs)).to(device)
+    model = nn.Sequential(*layers, nn.Linear(widths[-1], outputs))
     if task == "regression":
         train_set, _ = make_regression(num_train=4096, num_val=64, num_features=features, learnable=True)
-        loss_fn = nn.MSELoss()
-    else:
-        train_set, _ = make_classification(
-            num_train=4096, num_val=64, num_features=features, num_classes=outputs
-        )
-        loss_fn = nn.CrossEntropyLoss()
+        return model, train_set, nn.MSELoss()
+    train_set, _ = make_classification(num_train=4096, num_val=64, num_features=features, num_classes=outputs)
+    return model, train_set, nn.CrossEntropyLoss()
+
+
+def main() -> None:
+    run_dir, features, hidden, outputs, task, accumulate, steps = sys.argv[1:]
+    features, outputs, accumulate, steps = int(features), int(outputs), int(accumulate), int(steps)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, train_set, loss_fn = build(features, hidden, outputs, task)
+    model = model.to(device)
     train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     writer = SummaryWriter(run_dir)
