@@ -4,12 +4,11 @@ optimizer-step boundary, after which it saves ``last.pt`` and exits.
 Inside a submitit job (SLURM, or submitit's local executor) submitit sends its preemption signal
 (SIGUSR2 unless ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise) before a timeout or on preemption, and its
 own handler requeues the job and exits. Runner takes that signal first, saves, and then hands it to
-submitit's handler, so the requeued job finds the checkpoint (``resume=auto``) and continues.
+submitit's handler, so the requeued job finds the checkpoint in its own directory and continues.
 """
 
 import os
 import signal
-from collections.abc import Callable
 from types import FrameType
 
 from runner.distributed import any_process, in_submitit_job
@@ -62,6 +61,6 @@ class GracefulStop:
         """After the save: the preemption signal goes on to the handler it was meant for (submitit's
         requeue-and-exit); anything else exits with the shell's status for a signal, 128 + number."""
         handler = self._previous.get(number)
-        if number == self._preemption and isinstance(handler, Callable):
+        if number == self._preemption and callable(handler):
             handler(number, None)
         raise SystemExit(128 + number)
