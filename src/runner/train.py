@@ -316,13 +316,15 @@ def train(
         )
     finally:
         logger.close()
-    report_end(state, checkpointer, last, run_dir)
+    report_end(state, checkpointer, last, run_dir, process.is_main)
     if state.stopped_by_signal is not None:
         stop.exit_for(state.stopped_by_signal)
     return state.best_val
 
 
-def report_end(state: TrainState, checkpointer: Checkpointer, last: Path | None, run_dir: Path) -> None:
+def report_end(
+    state: TrainState, checkpointer: Checkpointer, last: Path | None, run_dir: Path, is_main: bool
+) -> None:
     if checkpointer.save_seconds:
         pauses = checkpointer.save_seconds
         writes = getattr(checkpointer, "write_seconds", None) or [0.0]
@@ -334,6 +336,9 @@ def report_end(state: TrainState, checkpointer: Checkpointer, last: Path | None,
         )  # fmt: skip
     if state.stopped_by_signal is not None:
         name = signal.Signals(state.stopped_by_signal).name
+        if not is_main:
+            log.warning("stopped by %s at step %d; rank 0 saves the checkpoint", name, state.step)
+            return
         saved = f"saved {last}" if last else "nothing saved (checkpoint.enabled=false)"
         log.warning("stopped by %s at step %d; %s", name, state.step, saved)
         if last:
