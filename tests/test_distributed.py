@@ -127,3 +127,19 @@ def test_sigterm_stops_every_rank_at_one_step_and_resume_needs_the_same_world_si
     assert torch.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 60
     steps = [step for step, _ in read_scalars(run_dir)["train/loss"]]
     assert steps == list(range(1, 61))  # no step missing, none twice
+
+
+def test_a_sweep_under_torchrun_runs_each_job_on_every_rank(tmp_path):
+    sweep = torchrun("-m", "seed=0,1", *DATA[:2], "trainer.max_steps=6", "data.batch_size=16", cwd=tmp_path)
+    assert sweep.returncode == 0, sweep.stderr
+    (sweep_dir,) = (tmp_path / "outputs" / "multirun").glob("*/*")
+    rows = [line for line in (sweep_dir / "summary.md").read_text().splitlines() if line.endswith("| ok |")]
+    assert len(rows) == 2
+    for job in ("0", "1"):
+        assert "x 2 (world size)" in (sweep_dir / job / "train.log").read_text()
+        assert (sweep_dir / job / "train.rank1.log").read_text() == ""
+        assert len(list((sweep_dir / job).glob("events.out.tfevents.*"))) == 1  # rank 0's only
+
+    optuna = torchrun("-m", "hparams_search=digits_optuna", cwd=tmp_path)
+    assert optuna.returncode != 0
+    assert "runner: error: hparams_search=digits_optuna: under torchrun a sweep runs" in optuna.stderr

@@ -198,24 +198,34 @@ def resume_arguments(arguments: Sequence[str]) -> list[str]:
 
 
 def distributed_arguments(arguments: list[str]) -> list[str]:
-    """Under torchrun: start the process group, give every rank rank 0's run directory, and let only
-    rank 0 keep Hydra's record; the other ranks log warnings and errors to their own file."""
+    """Under torchrun: start the process group, give every rank rank 0's run (or sweep) directory, and
+    let only rank 0 keep Hydra's record; the other ranks log warnings and errors to their own file. A
+    sweep runs its jobs one after another, each on every rank, with Hydra's basic launcher and sweeper."""
     from runner.distributed import shared_run_dir, start_process_group
 
-    if "-m" in arguments or "--multirun" in arguments:
-        raise ConfigError(
-            "torchrun with -m (a sweep) is not supported; launch one torchrun per configuration"
-        )
+    sweep = "-m" in arguments or "--multirun" in arguments
+    overrides = override_arguments(arguments)
+    if sweep:
+        for override in overrides:
+            if override_key(override).lstrip("+~") in ("hydra/launcher", "hydra/sweeper", "hparams_search"):
+                raise ConfigError(
+                    f"{override}: under torchrun a sweep runs each job on every rank, one job after another "
+                    "(Hydra's basic launcher and sweeper); for parallel or Optuna sweeps of multi-process "
+                    "jobs, use a submitit launcher with hydra.launcher.tasks_per_node instead of torchrun"
+                )
     start_process_group()
-    given = [o.split("=", 1)[1] for o in override_arguments(arguments) if override_key(o) == "hydra.run.dir"]
-    run_dir = shared_run_dir(given[-1] if given else None)
-    extra = [f"hydra.run.dir={run_dir}"]
+    dir_key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+    given = [o.split("=", 1)[1] for o in overrides if override_key(o) == dir_key]
+    run_dir = shared_run_dir(given[-1] if given else None, "outputs/multirun" if sweep else "outputs")
+    extra = [f"{dir_key}={run_dir}"]
     rank = int(os.environ["RANK"])
     if rank != 0:
+        log_dir = "${hydra.runtime.output_dir}" if sweep else run_dir
         extra += [
             "hydra.output_subdir=null",
-            f"hydra.job_logging.handlers.file.filename={run_dir}/train.rank{rank}.log",
+            f"hydra.job_logging.handlers.file.filename='{log_dir}/train.rank{rank}.log'",
             "hydra.job_logging.root.level=WARNING",
+            "hydra.hydra_logging.root.level=WARNING",
         ]
     return [*arguments, *extra]
 

@@ -68,10 +68,11 @@ def stop_process_group() -> None:
         torch_dist.destroy_process_group()
 
 
-def shared_run_dir(given: str | None) -> str:
-    """Rank 0's run directory for every rank: Hydra's own timestamps differ between ranks that start
-    in different seconds."""
-    proposal = [given or str(Path("outputs", time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S")).resolve())]
+def shared_run_dir(given: str | None, parent: str = "outputs") -> str:
+    """Rank 0's run (or sweep) directory for every rank: Hydra's own timestamps differ between ranks
+    that start in different seconds."""
+    stamp = Path(parent, time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S"))
+    proposal = [given or str(stamp.resolve())]
     if torch_dist.get_rank() == 0 and given is None:
         proposal[0] += "-" + os.urandom(2).hex()
     torch_dist.broadcast_object_list(proposal, src=0)

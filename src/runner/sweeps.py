@@ -1,6 +1,7 @@
 """The Hydra callback that summarises a sweep when it ends (the summary itself is in report.py)."""
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ class SweepSummary(Callback):
         from runner.report import write_summary  # only now: its TensorBoard reader is slow to import
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        if not sweep_dir.is_dir():
+        if not sweep_dir.is_dir() or int(os.environ.get("RANK", 0)) != 0:  # under torchrun: rank 0 only
             return
         runs = write_summary(sweep_dir)
         log.info("sweep summary (%s):\n%s", sweep_dir / "summary.md", (sweep_dir / "summary.md").read_text())
