@@ -116,6 +116,12 @@ def hydra_train(cfg: DictConfig) -> float | None:
     in_sweep = hydra_config.mode == RunMode.MULTIRUN
     swept_keys = [override_key(o) for o in hydra_config.overrides.task]
     started = time.time()
+
+    def record(status: str, **details: Any) -> None:
+        # Rank 0 alone: ranks that fail at the same step would otherwise write one file at once.
+        if int(os.environ.get("RANK", 0)) == 0:
+            write_result(run_dir, status, time.time() - started, **details)
+
     with submitit_tasks_as_ranks(run_dir):
         try:
             config = plain_config(cfg)
@@ -124,17 +130,16 @@ def hydra_train(cfg: DictConfig) -> float | None:
         except UserError as error:
             if not in_sweep:
                 exit_with(error)  # bad input writes nothing beyond Hydra's own files
-            write_result(run_dir, "failed", time.time() - started, error=str(error))
+            record("failed", error=str(error))
             log.error("job failed: %s", error)
             return math.nan
         except Exception as error:
-            write_result(run_dir, "failed", time.time() - started, error=f"{type(error).__name__}: {error}")
+            record("failed", error=f"{type(error).__name__}: {error}")
             if not in_sweep:
                 raise
             log.exception("job failed")
             return math.nan
-        if int(os.environ.get("RANK", 0)) == 0:
-            write_result(run_dir, "ok", time.time() - started, best=best)
+        record("ok", best=best)
         return best
 
 
