@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary
-from tensorboard.summary.writer.record_writer import RecordWriter
-from torch.utils.tensorboard import summary
+
+from runner.events import text_summary, tf_record
 
 log = logging.getLogger("runner")
 FILE_NUMBERS = itertools.count()  # tells apart the event files one process opens in one second
@@ -52,7 +52,6 @@ class TensorBoardLogger:
             f".{next(FILE_NUMBERS)}"
         )
         self._file = open(log_dir / name, "wb")  # noqa: SIM115 (closed by close(), after the thread)
-        self._records = RecordWriter(self._file)
         self._pending: list[Event] = []
         self._batch_seconds, self._handed_at = batch_seconds, time.monotonic()
         self._batches: queue.Queue[list[Event] | None] = queue.Queue()
@@ -68,8 +67,7 @@ class TensorBoardLogger:
     def _write_batches(self) -> None:
         while (batch := self._batches.get()) is not None:
             try:
-                for event in batch:
-                    self._records.write(event.SerializeToString())
+                self._file.write(b"".join(tf_record(event.SerializeToString()) for event in batch))
                 self._file.flush()
             except BaseException as error:  # raised to the loop at the next hand-over
                 self._error = error
@@ -98,10 +96,13 @@ class TensorBoardLogger:
 
     def log_text(self, tag: str, text: str) -> None:
         # Indented four spaces, TensorBoard's markdown shows the text as a code block, lines intact.
-        self._add(Event(summary=summary.text(tag, "\n".join("    " + line for line in text.splitlines()))))
+        self._add(Event(summary=text_summary(tag, "\n".join("    " + line for line in text.splitlines()))))
 
     def log_hparams(self, step: int, hparams: Mapping[str, Any], metrics: Mapping[str, float | None]) -> None:
-        """Into this run itself, as TensorBoard's HParams dashboard reads them; missing metrics as NaN."""
+        """Into this run itself, as TensorBoard's HParams dashboard reads them; missing metrics as NaN.
+        (Imported here: torch's summary module costs start-up, and hparams are written once, at the end.)"""
+        from torch.utils.tensorboard import summary
+
         values = {name: math.nan if value is None else value for name, value in metrics.items()}
         for hparams_summary in summary.hparams(dict(hparams), values):
             self._add(Event(step=step, summary=hparams_summary))
