@@ -54,7 +54,7 @@ def test_bad_value_is_one_clear_line(tmp_path, override, expected):
 def test_unknown_group_option_gets_hydras_message(tmp_path):
     result = run_cli("train", "model=nope", cwd=tmp_path, timeout=60)
     assert result.returncode != 0
-    assert "Could not find 'model/nope'" in result.stderr
+    assert result.stderr.count("Could not find 'model/nope'") == 1  # once, though composed ahead too
     assert "Available options" in result.stderr and "mlp" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "outputs").exists()

@@ -24,6 +24,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from runner import compose_ahead
 from runner.checks import ConfigError, UserError, check_top_level_key, check_value, validate_config
 from runner.schema import DataConfig, RunConfig
 
@@ -253,6 +254,11 @@ def skip_run_mode_detection() -> None:
     Hydra.get_mode = lambda self, config_name, overrides: None
 
 
+def only_overrides(arguments: Sequence[str]) -> bool:
+    """A plain run: ``key=value`` overrides and no Hydra flags (no sweep, no --cfg, --help or --info)."""
+    return not any(argument.startswith("-") for argument in arguments)
+
+
 def main_train(arguments: Sequence[str]) -> None:
     distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
     try:
@@ -262,9 +268,15 @@ def main_train(arguments: Sequence[str]) -> None:
             arguments = distributed_arguments(arguments)
     except UserError as error:
         exit_with(error)
-    if not config_may_set_run_mode(arguments):
+    plain_run = not config_may_set_run_mode(arguments)
+    if plain_run:
         skip_run_mode_detection()
     sys.argv = [sys.argv[0], *arguments]
+    if plain_run and not distributed and only_overrides(arguments) and compose_ahead.worthwhile():
+        composed = compose_ahead.compose_in_child(hydra_train)
+        import runner.train  # noqa: F401 (torch and runner's modules, while the child composes)
+
+        composed.install()
     try:
         hydra_train()
     finally:

@@ -1,0 +1,56 @@
+"""The config a forked child composes while the run imports torch is the very config Hydra composes."""
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.errors import MissingConfigException
+from omegaconf import OmegaConf
+from omegaconf.errors import ValidationError
+
+from runner.app import CONFIG_DIR
+from runner.compose_ahead import compose_in_child, worthwhile
+
+OVERRIDES = ["data=regression", "optimizer=sgd", "trainer.max_steps=3", "clip=0.5"]
+
+pytestmark = pytest.mark.skipif(not worthwhile(), reason="needs os.fork and a second core")
+
+
+def compose_here(overrides: list[str]):
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        return compose("config", overrides=overrides, return_hydra_config=True)
+
+
+@pytest.fixture(autouse=True)
+def restore_hydras_composition(monkeypatch):
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", ConfigLoaderImpl.load_configuration)
+
+
+def refuse_to_compose(*args, **kwargs):
+    raise AssertionError("composed here, not in the child")
+
+
+def test_the_childs_config_is_taken_instead_of_composing_again(monkeypatch):
+    expected = OmegaConf.to_container(compose_here(OVERRIDES))
+    compose_in_child(lambda: compose_here(OVERRIDES)).install()
+    monkeypatch.setattr(ConfigLoaderImpl, "_load_configuration_impl", refuse_to_compose)
+
+    config = compose_here(OVERRIDES)
+
+    assert OmegaConf.to_container(config) == expected
+    assert config.clip == 0.5 and config.optimizer._target_ == "torch.optim.SGD"
+    with pytest.raises(ValidationError):  # still the typed schema
+        config.accumulate = "two"
+    with pytest.raises(AssertionError, match="composed here"):  # one composition only
+        compose_here(OVERRIDES)
+
+
+def test_other_arguments_compose_here():
+    compose_in_child(lambda: compose_here(["seed=1"])).install()
+    assert compose_here(["seed=2"]).seed == 2
+
+
+def test_a_child_that_fails_leaves_the_error_to_hydra_here():
+    compose_in_child(lambda: compose_here(["model=nope"])).install()
+    assert ConfigLoaderImpl.load_configuration.__name__ == "load_configuration"
+    with pytest.raises(MissingConfigException, match="model/nope"):
+        compose_here(["model=nope"])
