@@ -9,7 +9,6 @@ pipe; Hydra's composition in this process then takes it instead of composing aga
 their messages are Hydra's own, printed once.
 """
 
-import logging
 import os
 import pickle
 import sys
@@ -18,8 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
-log = logging.getLogger("runner")
 
 
 def worthwhile() -> bool:
@@ -50,7 +47,6 @@ class ComposedAhead:
                 return compose(self, *args, **kwargs)
             for message, category, filename, lineno in warned:  # what composing here would have warned
                 warnings.warn_explicit(message, category, filename, lineno)
-            log.debug("config composed in a forked process while torch was imported")
             return config
 
         ConfigLoaderImpl.load_configuration = take_composed
