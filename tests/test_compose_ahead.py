@@ -1,6 +1,7 @@
 """The config a forked child composes while the run imports torch is the very config Hydra composes."""
 
 import pytest
+from conftest import run_cli
 from hydra import compose, initialize_config_dir
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.errors import MissingConfigException
@@ -54,3 +55,20 @@ def test_a_child_that_fails_leaves_the_error_to_hydra_here():
     assert ConfigLoaderImpl.load_configuration.__name__ == "load_configuration"
     with pytest.raises(MissingConfigException, match="model/nope"):
         compose_here(["model=nope"])
+
+
+def test_a_run_records_the_same_config_composed_ahead_or_not(tmp_path):
+    records = {}
+    for setting in ("1", "0"):
+        run_dir = tmp_path / f"run{setting}"
+        result = run_cli(
+            "train", *OVERRIDES, "trainer.max_steps=1", "checkpoint=none", f"hydra.run.dir={run_dir}",
+            cwd=tmp_path, env={"RUNNER_COMPOSE_AHEAD": setting},
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        records[setting] = {
+            name: (run_dir / ".hydra" / name).read_text().replace(str(run_dir), "<run dir>")
+            for name in ("config.yaml", "hydra.yaml", "overrides.yaml")
+        }
+        assert "done: step=1" in (run_dir / "train.log").read_text()
+    assert records["1"] == records["0"]

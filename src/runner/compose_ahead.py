@@ -20,9 +20,10 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
 
 def worthwhile() -> bool:
-    """Only where a fork is cheap and a second core can run the child alongside."""
+    """Only where a fork is cheap and a second core can run the child alongside; ``RUNNER_COMPOSE_AHEAD=0``
+    turns it off (it is decided before there is a config to hold such a setting)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return hasattr(os, "fork") and cores > 1
+    return hasattr(os, "fork") and cores > 1 and os.environ.get("RUNNER_COMPOSE_AHEAD", "1") != "0"
 
 
 class ComposedAhead:
