@@ -8,7 +8,7 @@ from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from runner.app import CONFIG_DIR
+from runner.app import CONFIG_DIR, picks_an_unshipped_option
 from runner.compose_ahead import compose_in_child, worthwhile
 
 OVERRIDES = ["data=regression", "optimizer=sgd", "trainer.max_steps=3", "clip=0.5"]
@@ -72,3 +72,10 @@ def test_a_run_records_the_same_config_composed_ahead_or_not(tmp_path):
         }
         assert "done: step=1" in (run_dir / "train.log").read_text()
     assert records["1"] == records["0"]
+
+
+def test_an_option_runner_does_not_ship_composes_in_the_run_for_an_immediate_error():
+    assert picks_an_unshipped_option(["model=nope"])
+    assert picks_an_unshipped_option(["clip=0.5", "+optimizer@extra=nadam"])
+    assert not picks_an_unshipped_option(["model=mlp", "data=text", "hparams_search=null", "clip=0.5"])
+    assert not picks_an_unshipped_option(["~scheduler", "hydra/launcher=joblib", "model.hidden=[8]"])

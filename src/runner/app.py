@@ -259,6 +259,19 @@ def only_overrides(arguments: Sequence[str]) -> bool:
     return not any(argument.startswith("-") for argument in arguments)
 
 
+def picks_an_unshipped_option(arguments: Sequence[str]) -> bool:
+    """Whether an override picks an option runner's config groups do not have (``model=nope``): Hydra's
+    composition will fail, and its error should come at once, not after torch is imported."""
+    groups = group_names()
+    for override in override_arguments(arguments):
+        key, _, option = override.partition("=")
+        group = key.lstrip("+~").split("@")[0]
+        shipped = (CONFIG_DIR / group / f"{option}.yaml").is_file()
+        if group in groups and option not in ("", "null") and not shipped:
+            return True
+    return False
+
+
 def main_train(arguments: Sequence[str]) -> None:
     distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
     try:
@@ -272,7 +285,13 @@ def main_train(arguments: Sequence[str]) -> None:
     if plain_run:
         skip_run_mode_detection()
     sys.argv = [sys.argv[0], *arguments]
-    if plain_run and not distributed and only_overrides(arguments) and compose_ahead.worthwhile():
+    if (
+        plain_run
+        and not distributed
+        and only_overrides(arguments)
+        and not picks_an_unshipped_option(arguments)
+        and compose_ahead.worthwhile()
+    ):
         composed = compose_ahead.compose_in_child(hydra_train)
         import runner.train  # noqa: F401 (torch and runner's modules, while the child composes)
 
