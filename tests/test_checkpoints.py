@@ -7,9 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from runner.checkpointing import PeriodicCheckpointer
-from runner.checkpoints import CheckpointError, atomic_save, check_state_dict_fits, load_checkpoint
-from runner.engine import TrainState, improves
+from runner.checkpoint.files import CheckpointError, atomic_save, check_state_dict_fits, load_checkpoint
+from runner.checkpoint.policy import PeriodicCheckpointer
+from runner.training.state import TrainState
+from runner.training.validation import improves
 
 
 class FailsToPickle:
@@ -73,10 +74,10 @@ def test_truncated_file_is_named(tmp_path):
 def test_compiled_runs_save_plain_keys():
     """The loop calls the compiled module; checkpoints save the plain one, so they load with or
     without compile (compilation itself is lazy: nothing compiles in this test)."""
-    from runner.checkpoints import checkpoint_payload
-    from runner.precision import resolve_precision
-    from runner.schedules import build_scheduler
-    from runner.speed import apply_speed_settings
+    from runner.checkpoint.contents import Stateful, checkpoint_payload
+    from runner.training.precision import resolve_precision
+    from runner.training.schedules import build_scheduler
+    from runner.training.speed import apply_speed_settings
 
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     plan = apply_speed_settings(
@@ -87,8 +88,7 @@ def test_compiled_runs_save_plain_keys():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = resolve_precision("fp32", torch.device("cpu")).scaler
     scheduler = build_scheduler(optimizer, "none", 1, 0, 0.0, 1, 1.0)
-    config = {"checkpoint": {"monitor": "val/loss"}}
-    payload = checkpoint_payload(TrainState(), model, optimizer, scheduler, scaler, config, 0, None)
+    payload = checkpoint_payload(Stateful(model, optimizer, scheduler, scaler), TrainState().state_dict(), {})
     fresh = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     fresh.load_state_dict(payload["model_state_dict"])  # strict, no prefixes
     plan_again = apply_speed_settings(fresh, torch.device("cpu"), True, False, True)

@@ -2,7 +2,9 @@
 
 import pytest
 
-from runner.checks import ConfigError, check_top_level_key, check_value, validate_config
+from runner.config.checks import check_top_level_key, check_value
+from runner.config.errors import ConfigError
+from runner.config.typed import typed_config
 
 
 @pytest.mark.parametrize(
@@ -64,30 +66,12 @@ def _config(**changes):
 
 
 def test_composed_config_is_checked_as_a_whole():
-    validate_config(_config())
+    typed_config(_config())
     with pytest.raises(ConfigError, match=r"optimizer\.lr=-0\.5"):
-        validate_config(_config(optimizer__lr=-0.5))
+        typed_config(_config(optimizer__lr=-0.5))
     with pytest.raises(ConfigError, match="never stop"):
-        validate_config(_config(trainer__max_epochs=None))
+        typed_config(_config(trainer__max_epochs=None))
     with pytest.raises(ConfigError, match=r"loss\._target_ is not set"):
-        validate_config(_config(loss=None))
+        typed_config(_config(loss=None))
     with pytest.raises(ConfigError, match=r"set checkpoint\.mode=max"):
-        validate_config(_config(checkpoint__monitor="val/acc"))
-
-
-def test_hydra_run_mode_detection_is_skipped_only_where_no_config_can_set_the_mode():
-    """Start-up skips Hydra's extra composition that reads ``hydra.mode``: safe only because no shipped
-    config sets it, and only while nothing else (another primary config, a search path) can."""
-    from pathlib import Path
-
-    import yaml
-
-    from runner.app import CONFIG_DIR, config_may_set_run_mode
-
-    for path in Path(CONFIG_DIR).rglob("*.yaml"):
-        document = yaml.safe_load(path.read_text()) or {}
-        assert "mode" not in (document.get("hydra") or {}), path
-    assert not config_may_set_run_mode(["optimizer.lr=0.1", "-m", "seed=0,1", "hydra.run.dir=x"])
-    for arguments in (["hydra.mode=MULTIRUN"], ["+hydra.mode=RUN"], ["hydra.searchpath=[file://my/conf]"],
-                      ["--config-name", "mine"], ["-cn=mine"], ["--config-dir", "my/conf"]):  # fmt: skip
-        assert config_may_set_run_mode(arguments), arguments
+        typed_config(_config(checkpoint__monitor="val/acc"))

@@ -11,8 +11,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from runner.data.loading import make_loaders
-from runner.doctor import FAIL, PASS, Setup, run_checks
-from runner.precision import resolve_precision
+from runner.tools.doctor import FAIL, PASS, Setup, run_checks
+from runner.training.precision import resolve_precision
 
 CPU = torch.device("cpu")
 

@@ -13,12 +13,15 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import runner
-import runner.engine
+import runner.training.engine
+import runner.training.validation
 from runner.data.loading import make_loaders
-from runner.engine import LoopSettings, evaluate, fit
-from runner.metrics import TensorBoardLogger
-from runner.precision import resolve_precision
-from runner.schedules import build_scheduler
+from runner.observe.writer import TensorBoardLogger
+from runner.training.engine import Hooks, Loaders, LoopSettings, fit
+from runner.training.precision import resolve_precision
+from runner.training.schedules import build_scheduler
+from runner.training.step import Learner
+from runner.training.validation import evaluate
 
 CPU = torch.device("cpu")
 
@@ -49,10 +52,8 @@ def run_engine(dataset, model, optimizer_name, batch_size, accumulate, clip, log
     )  # fmt: skip
     scheduler = build_scheduler(optimizer, "none", 100, 0, 0.0, 1, 1.0)
     logger = TensorBoardLogger(log_dir)
-    state = fit(
-        model, optimizer, scheduler, nn.MSELoss(), train_loader, sampler, val_loader, CPU,
-        resolve_precision("fp32", CPU), settings, logger,
-    )  # fmt: skip
+    learner = Learner(model, nn.MSELoss(), optimizer, resolve_precision("fp32", CPU), CPU)
+    state = fit(learner, scheduler, Loaders(train_loader, sampler, val_loader), settings, Hooks(logger))
     logger.close()
     return state, optimizer, read_scalars(log_dir)
 
@@ -212,15 +213,16 @@ def test_no_host_reads_between_log_steps(tmp_path, monkeypatch, on_nonfinite):
     scheduler = build_scheduler(optimizer, "cosine", 20, 2, 0.0, 1, 1.0)
     logger = TensorBoardLogger(tmp_path)
     to_floats_calls = []
-    read_numbers = runner.engine.to_floats
-    monkeypatch.setattr(runner.engine, "to_floats", lambda values: to_floats_calls.append(sorted(values)) or
-                        read_numbers(values))  # fmt: skip
+    read_numbers = runner.training.engine.to_floats
+    for module in (runner.training.engine, runner.training.validation):  # the log steps, validation
+        monkeypatch.setattr(module, "to_floats", lambda values: to_floats_calls.append(sorted(values)) or
+                            read_numbers(values))  # fmt: skip
     reads_before_fit = len(reads)
-    fit(model, optimizer, scheduler, nn.MSELoss(), train_loader, sampler, val_loader, CPU,
-        resolve_precision("fp32", CPU), settings, logger)  # fmt: skip
+    learner = Learner(model, nn.MSELoss(), optimizer, resolve_precision("fp32", CPU), CPU)
+    fit(learner, scheduler, Loaders(train_loader, sampler, val_loader), settings, Hooks(logger))
     logger.close()
     during_fit = reads[reads_before_fit:]
-    guard_reads = [read for read in during_fit if read == ("__bool__", "fit")]
+    guard_reads = [read for read in during_fit if read == ("__bool__", "train_step")]
     assert len(guard_reads) == (0 if on_nonfinite == "off" else 20)
     # Every other read is in to_floats (one batched read on a GPU; item() on the CPU, where it is no
     # sync), called at the 4 log steps (5, 10, 15, 20) and the final validation only.

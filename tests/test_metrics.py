@@ -6,8 +6,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 
-from runner.events import crc32c, masked_crc32c, tf_record
-from runner.metrics import TensorBoardLogger
+from runner.observe.events import crc32c, masked_crc32c, tf_record
+from runner.observe.writer import TensorBoardLogger
 
 
 def test_crc32c_is_castagnolis_crc_with_tfrecords_mask():
@@ -47,7 +47,7 @@ def test_training_imports_no_tensorboard_summary_package():
     """TensorBoard's summary package (absl flags, fsspec, the TensorFlow stub) costs 40-150 ms of
     start-up before the first step; the run writes its events without it."""
     probe = (
-        "import sys, runner.train; "
+        "import sys, runner.experiment.train; "
         "print(sorted(m for m in sys.modules if m.startswith(('tensorboard.summary', 'absl', "
         "'tensorboard.compat.tensorflow_stub', 'torch.utils.tensorboard'))))"
     )

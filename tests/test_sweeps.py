@@ -155,7 +155,7 @@ def test_the_slurm_launcher_config_is_preemption_safe():
     """The shipped SLURM example: the preemption signal before the limit, requeues allowed."""
     from hydra import compose, initialize_config_dir
 
-    import runner.app  # noqa: F401  (registers the schema and resolvers)
+    import runner.cli.hydra_app  # noqa: F401  (registers the schema and resolvers)
 
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
         overrides = ["hydra/launcher=slurm", "hydra.launcher.partition=gpu"]

@@ -4,30 +4,28 @@ from pathlib import Path
 
 import torch
 
-from runner.checkpoints import CHECKPOINT_DIR
-from runner.checks import show
-from runner.precision import Precision
+from runner.checkpoint.files import CHECKPOINT_DIR
+from runner.config.errors import show
+from runner.config.schema import CheckpointConfig, RunConfig
+from runner.training.precision import Precision
 
 
-def checkpoint_plan(config: dict, run_dir: Path) -> str:
-    policy = config["checkpoint"]
-    if not policy["enabled"]:
+def checkpoint_plan(policy: CheckpointConfig, run_dir: Path) -> str:
+    if not policy.enabled:
         return "none (checkpoint.enabled=false: a stopped run cannot be resumed)"
-    units = {"every_n_steps": "step", "every_n_epochs": "epoch"}
+    cadences = (("step", policy.every_n_steps), ("epoch", policy.every_n_epochs))
     cadence = [
-        f"every {unit}" if policy[key] == 1 else f"every {policy[key]} {unit}s"
-        for key, unit in units.items()
-        if policy[key]
+        f"every {unit}" if every == 1 else f"every {every} {unit}s" for unit, every in cadences if every
     ]
-    best = f", best.pt on {policy['monitor']} ({policy['mode']})" if policy["save_best"] else ""
+    best = f", best.pt on {policy.monitor} ({policy.mode})" if policy.save_best else ""
     return (
-        f"{' and '.join(cadence) or 'no periodic saves'} (newest {policy['keep_last']} kept){best}, "
+        f"{' and '.join(cadence) or 'no periodic saves'} (newest {policy.keep_last} kept){best}, "
         f"last.pt at the end -> {run_dir / CHECKPOINT_DIR}"
     )
 
 
 def run_plan(
-    config: dict,
+    config: RunConfig,
     device: torch.device,
     precision: Precision,
     seed: int,
@@ -38,17 +36,16 @@ def run_plan(
     speed_notes: list[str],
     world_size: int = 1,
 ) -> str:
-    batch_size, accumulate = config["data"]["batch_size"], config["accumulate"]
+    batch_size, accumulate = config.data.batch_size, config.accumulate
     precision_line = precision.used
     if precision.fallback_reason:
         precision_line += f" (requested {precision.requested}: {precision.fallback_reason})"
-    clip = config["clip"]
-    trainer = config["trainer"]
-    limits = f"max_steps={show(trainer['max_steps'])}, max_epochs={show(trainer['max_epochs'])}"
+    clip = config.clip
+    limits = f"max_steps={show(config.trainer.max_steps)}, max_epochs={show(config.trainer.max_epochs)}"
     rows = [
         ("device", str(device)),
         ("precision", precision_line),
-        ("seed", str(seed) + (" (drawn)" if config["seed"] is None else "")),
+        ("seed", str(seed) + (" (drawn)" if config.seed is None else "")),
         (
             "effective batch",
             f"{batch_size * accumulate * world_size} = {batch_size} (data.batch_size) x "
@@ -56,7 +53,7 @@ def run_plan(
         ),
         ("optimizer steps", f"{total_steps} planned ({steps_per_epoch} per epoch; {limits})"),
         ("clip", f"max grad norm {clip:g}, after backward" if clip else "off (norms still logged)"),
-        ("checkpoints", checkpoint_plan(config, run_dir)),
+        ("checkpoints", checkpoint_plan(config.checkpoint, run_dir)),
         ("speed", "; ".join(speed_notes)),
         *([("resumed from", resumed_from)] if resumed_from else []),
         ("run dir", str(run_dir)),

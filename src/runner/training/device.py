@@ -3,7 +3,7 @@ device is asked for explicitly."""
 
 import torch
 
-from runner.checks import ConfigError
+from runner.config.errors import ConfigError
 
 
 def resolve_device(requested: str) -> torch.device:

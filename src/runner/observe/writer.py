@@ -1,4 +1,4 @@
-"""Where numbers go: TensorBoard event files in the run directory, and the console.
+"""Where numbers go: TensorBoard event files in the run directory.
 
 The engine hands over device tensors; they are read (one host sync) only here, at log time.
 """
@@ -9,18 +9,17 @@ import math
 import os
 import queue
 import socket
-import sys
 import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary
 
-from runner.events import text_summary, tf_record
+from runner.observe.events import text_summary, tf_record
 
 log = logging.getLogger("runner")
 FILE_NUMBERS = itertools.count()  # tells apart the event files one process opens in one second
@@ -35,6 +34,18 @@ def to_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
         read = torch.stack([values[name].detach().float() for name in names]).tolist()
     floats = dict(zip(names, read, strict=True))
     return {name: floats.get(name, value) for name, value in values.items()}
+
+
+class MetricLogger(Protocol):
+    """What the loop logs to: :class:`TensorBoardLogger`, or :class:`NullLogger` where nothing is written."""
+
+    def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None: ...
+    def log_text(self, tag: str, text: str) -> None: ...
+    def log_hparams(
+        self, step: int, hparams: Mapping[str, Any], metrics: Mapping[str, float | None]
+    ) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
 
 
 class TensorBoardLogger:
@@ -126,43 +137,8 @@ class TensorBoardLogger:
             self._file.close()
 
 
-class Progress:
-    """A tqdm bar when stdout is a terminal; plain log lines (one per validation) otherwise."""
-
-    def __init__(self, total_steps: int, initial_step: int = 0) -> None:
-        self.bar = None
-        if sys.stdout.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True)
-
-    def update(self, step: int, scalars: Mapping[str, float]) -> None:
-        if self.bar is not None:
-            self.bar.n = step
-            self.bar.set_postfix(
-                loss=f"{scalars['train/loss']:.4g}",
-                lr=f"{scalars['train/lr']:.3g}",
-                speed=f"{scalars['perf/samples_per_sec']:.0f}/s",
-                refresh=False,
-            )
-            self.bar.refresh()
-
-    def report(self, epoch: int, step: int, metrics: Mapping[str, float | None]) -> None:
-        line = f"epoch {epoch} step {step} | " + " | ".join(
-            f"{name} {value:.4g}" for name, value in metrics.items() if value is not None
-        )
-        if self.bar is not None:
-            self.bar.write(line)
-        else:
-            log.info(line)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 class NullLogger:
-    """What ranks other than 0 log to TensorBoard: nothing."""
+    """Logging off (ranks other than 0, tools that write nothing): every call does nothing."""
 
     def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
         pass

@@ -1,8 +1,7 @@
-"""Checkpoint files: what goes in one, how it is written durably, and how it is loaded safely.
+"""Checkpoint files: written durably, loaded safely, found in a run's folder.
 
-A checkpoint is a plain dict that ``torch.load(path, weights_only=True)`` reads with nothing else:
-the seed's keys (``model_state_dict``, ``optimizer_state_dict``, ``epoch``, ``best_val``) plus what
-an exact resume needs. Nothing in it is a numpy object or a pickled class.
+A checkpoint is a plain dict that ``torch.load(path, weights_only=True)`` reads with nothing else
+(see ``contents.py`` for what is in one). Nothing in it is a numpy object or a pickled class.
 """
 
 import os
@@ -15,9 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-import runner
-from runner.checks import UserError
-from runner.engine import TrainState
+from runner.config.errors import UserError
 
 CHECKPOINT_DIR = "checkpoints"
 FORMAT_VERSION = 1
@@ -55,10 +52,6 @@ def restore_rng_states(states: dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
     if states["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def versions() -> dict[str, str]:
-    return {"runner": runner.__version__, "torch": str(torch.__version__), "format": str(FORMAT_VERSION)}
 
 
 def atomic_save(payload: dict[str, Any], path: Path) -> None:
@@ -115,7 +108,7 @@ def _listing(names: list[str], limit: int = 6) -> str:
 
 
 def check_state_dict_fits(module: torch.nn.Module, state_dict: dict[str, torch.Tensor], path: Path) -> None:
-    """Strict loading, with the seed's advice: name missing keys, unexpected keys and shape
+    """Strict loading, with the debugging checklist's advice: name missing keys, unexpected keys and shape
     mismatches instead of a wall of text from ``load_state_dict``."""
     expected = module.state_dict()
     missing = [key for key in expected if key not in state_dict]
@@ -147,71 +140,3 @@ def checkpoint_files(folder: Path) -> list[Path]:
         return []
     files = [path for path in folder.glob("*.pt") if not path.name.startswith(".")]
     return sorted(files, key=lambda path: path.stat().st_mtime_ns, reverse=True)
-
-
-def checkpoint_payload(
-    state: TrainState,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    scaler: torch.amp.GradScaler,
-    config: dict[str, Any],
-    seed: int,
-    label_mapping: list[str] | None,
-    world_size: int = 1,
-) -> dict[str, Any]:
-    """Everything an exact resume needs. Saved only at optimizer-step boundaries, so the position
-    inside the accumulation window is always 0."""
-    return {
-        "model_state_dict": model.state_dict(),
-        "optimizer_state_dict": optimizer.state_dict(),
-        "epoch": state.epoch,
-        "best_val": state.best_val,
-        "best_val_step": state.best_val_step,
-        "monitor": config["checkpoint"]["monitor"],
-        "scheduler_state_dict": scheduler.state_dict(),
-        "scaler_state_dict": scaler.state_dict(),
-        "global_step": state.step,
-        "batches_done_in_epoch": state.batches_done_in_epoch,
-        "micro_batches_done_in_window": 0,
-        "last_train_loss": state.last_train_loss,
-        "last_val": dict(state.last_val),
-        "skipped_steps": state.skipped_steps,
-        "seed": seed,
-        "world_size": world_size,
-        "rng_states": rng_states(),
-        "config": config,
-        "label_mapping": label_mapping,
-        "versions": versions(),
-    }
-
-
-def restore_training(
-    checkpoint: dict[str, Any],
-    path: Path,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    scaler: torch.amp.GradScaler,
-) -> TrainState:
-    """Load every state strictly and return where the run stood. Random states are restored
-    separately, as the very last thing before training continues."""
-    check_state_dict_fits(model, checkpoint["model_state_dict"], path)
-    model.load_state_dict(checkpoint["model_state_dict"])
-    try:
-        optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
-    except (ValueError, KeyError) as error:
-        raise CheckpointError(f"checkpoint {path}: the optimizer state does not fit ({error})") from None
-    scheduler.load_state_dict(checkpoint["scheduler_state_dict"])
-    if checkpoint["scaler_state_dict"]:
-        scaler.load_state_dict(checkpoint["scaler_state_dict"])
-    return TrainState(
-        step=checkpoint["global_step"],
-        epoch=checkpoint["epoch"],
-        batches_done_in_epoch=checkpoint["batches_done_in_epoch"],
-        best_val=checkpoint["best_val"],
-        best_val_step=checkpoint["best_val_step"],
-        last_train_loss=checkpoint["last_train_loss"],
-        last_val=dict(checkpoint["last_val"]),
-        skipped_steps=checkpoint.get("skipped_steps", 0),
-    )

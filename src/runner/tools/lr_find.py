@@ -1,4 +1,4 @@
-"""``runner lr_find``: the seed's exercise (raise the learning rate until the loss goes unstable) as a
+"""``runner lr_find``: the learning-rate exercise (raise the rate until the loss goes unstable) as a
 tool. It trains a throw-away copy of the configured initial model with an exponentially rising
 learning rate, stops when the loss diverges, and suggests a rate; nothing is saved but the curve."""
 
@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from runner.engine import move_batch
-from runner.metrics import TensorBoardLogger
-from runner.precision import Precision
+from runner.observe.writer import TensorBoardLogger
+from runner.training.precision import Precision
+from runner.training.step import Learner, train_step
 
 
 @dataclass
@@ -40,22 +40,21 @@ def find_lr(
     smoothing: float = 0.1,
     diverge_factor: float = 4.0,
 ) -> LrCurve:
+    """The run's own training step at each rate, on a copy of the model; the loss of each step is the
+    one before its update."""
     model = copy.deepcopy(model)
     model.train()
-    optimizer = make_optimizer(model)
+    model.zero_grad(set_to_none=True)
+    learner = Learner(model, loss_fn, make_optimizer(model), precision, device)
     growth = (max_lr / min_lr) ** (1 / max(num_steps - 1, 1))
     lrs, losses = [], []
     average, best, diverged_at = 0.0, math.inf, None
     batches = cycle(train_loader)
     for index in range(num_steps):
         lr = min_lr * growth**index
-        for group in optimizer.param_groups:
+        for group in learner.optimizer.param_groups:
             group["lr"] = lr
-        inputs, targets = move_batch(*next(batches), device, False)
-        optimizer.zero_grad(set_to_none=True)
-        with precision.autocast():
-            loss = loss_fn(model(inputs), targets)
-        value = loss.item()
+        value = train_step(learner, [next(batches)], clip).loss.item()
         if not math.isfinite(value):
             diverged_at = lr
             break
@@ -67,10 +66,6 @@ def find_lr(
         if smoothed > diverge_factor * best:
             diverged_at = lr
             break
-        loss.backward()
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
     return LrCurve(lrs, losses, suggest(lrs, losses), diverged_at)
 
 

@@ -16,7 +16,7 @@ class SweepSummary(Callback):
     exits non-zero if any job failed (after every job has run)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from runner.report import write_summary  # only now: its TensorBoard reader is slow to import
+        from runner.tools.report import write_summary  # only now: its TensorBoard reader is slow to import
 
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir() or int(os.environ.get("RANK", 0)) != 0:  # under torchrun: rank 0 only

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from runner.checkpoints import atomic_save
-from runner.engine import TrainState
+from runner.checkpoint.files import atomic_save
+from runner.training.state import TrainState
 
 log = logging.getLogger("runner")
 PERIODIC_NAME = re.compile(r"step_(\d+)\.pt")
@@ -33,6 +33,35 @@ def snapshot(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(snapshot(item) for item in value)
     return value
+
+
+class Checkpointer(Protocol):
+    """Decides by itself when to save; the loop calls it at fixed points."""
+
+    save_seconds: list[float]  # the loop's pause per save
+
+    def after_step(self, state: TrainState) -> None: ...
+    def after_epoch(self, state: TrainState) -> None: ...
+    def after_validation(self, state: TrainState, improved: bool) -> None: ...
+    def save_last(self, state: TrainState) -> Path | None: ...
+
+
+class NoCheckpoints:
+    """``checkpoint.enabled=false`` (and ranks other than 0): every call does nothing."""
+
+    save_seconds: list[float] = []  # noqa: RUF012 (never appended to)
+
+    def save_last(self, state: TrainState) -> None:
+        return None
+
+    def after_step(self, state: TrainState) -> None:
+        pass
+
+    def after_epoch(self, state: TrainState) -> None:
+        pass
+
+    def after_validation(self, state: TrainState, improved: bool) -> None:
+        pass
 
 
 @dataclass

@@ -11,7 +11,7 @@ import os
 import signal
 from types import FrameType
 
-from runner.distributed import any_process, in_submitit_job
+from runner.training.distributed import any_process, in_submitit_job
 
 
 def preemption_signal() -> signal.Signals | None:

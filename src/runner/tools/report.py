@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from runner.results import RESULT_FILE
+from runner.observe.records import RESULT_FILE
 
 logging.getLogger("tensorboard").setLevel(logging.WARNING)  # its event reader chats at INFO
 

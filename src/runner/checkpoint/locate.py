@@ -1,26 +1,38 @@
-"""Finding the checkpoint a ``resume=`` names, and the run it belongs to."""
+"""Finding the checkpoint a ``resume=`` names, and the run it belongs to. A checkpoint is loaded
+once: finding a valid one loads it, and the loaded one is what the run resumes from."""
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from runner.checkpoints import CHECKPOINT_DIR, CheckpointError, checkpoint_files, load_checkpoint
-from runner.checks import ConfigError
+from runner.checkpoint.files import CHECKPOINT_DIR, CheckpointError, checkpoint_files, load_checkpoint
+from runner.config.errors import ConfigError
 
 
-def newest_valid(candidates: list[Path], request: str) -> Path | None:
+@dataclass(frozen=True)
+class Found:
+    path: Path
+    checkpoint: dict[str, Any]
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path.parent.parent
+
+
+def newest_valid(candidates: list[Path], request: str) -> Found | None:
     """The first candidate that loads; each one skipped is reported."""
     for path in candidates:
         try:
-            load_checkpoint(path)
-            return path
+            return Found(path.resolve(), load_checkpoint(path))
         except CheckpointError as error:
             print(f"runner: warning: resume={request}: skipping {error}", file=sys.stderr)
     return None
 
 
-def locate_checkpoint(request: str, outputs_dir: Path) -> Path:
+def locate_checkpoint(request: str, outputs_dir: Path) -> Found:
     """``latest`` (newest valid checkpoint of any run under ``outputs_dir``), a run directory (its
     newest valid checkpoint) or a checkpoint file (which must be valid)."""
     if request == "latest":
@@ -32,17 +44,16 @@ def locate_checkpoint(request: str, outputs_dir: Path) -> Path:
         found = newest_valid(candidates, request)
         if found is None:
             raise ConfigError(f"resume=latest: no valid checkpoint under {outputs_dir}")
-        return found.resolve()
+        return found
     path = Path(request).expanduser()
     if path.is_dir():
         folder = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
         found = newest_valid(checkpoint_files(folder), request)
         if found is None:
             raise ConfigError(f"resume={request}: no valid checkpoint in {folder}")
-        return found.resolve()
+        return found
     if path.is_file():
-        load_checkpoint(path)
-        return path.resolve()
+        return Found(path.resolve(), load_checkpoint(path))
     raise ConfigError(f"resume={request}: no such checkpoint file or run directory")
 
 
@@ -64,7 +75,7 @@ def original_overrides(run_dir: Path) -> list[str]:
     return [o for o in overrides if not o.startswith("resume=")] + searchpath
 
 
-def own_checkpoint(run_dir: Path) -> Path | None:
+def own_checkpoint(run_dir: Path) -> Found | None:
     """``resume=auto``: this run directory's newest valid checkpoint, or None to start afresh. For jobs
     a scheduler reruns in the same directory (a requeued SLURM job, a fixed ``hydra.run.dir``)."""
     return newest_valid(checkpoint_files(run_dir / CHECKPOINT_DIR), "auto")

@@ -1,0 +1,63 @@
+"""What a checkpoint holds: the template's keys (``model_state_dict``, ``optimizer_state_dict``,
+``epoch``, ``best_val``) plus everything an exact resume needs, and how it is put back."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import runner
+from runner.checkpoint.files import FORMAT_VERSION, CheckpointError, check_state_dict_fits, rng_states
+
+
+def versions() -> dict[str, str]:
+    return {"runner": runner.__version__, "torch": str(torch.__version__), "format": str(FORMAT_VERSION)}
+
+
+@dataclass
+class Stateful:
+    """The live objects whose state dicts a checkpoint holds, under the template's key names."""
+
+    model: torch.nn.Module  # the plain module, never a DDP or compiled wrapper: its keys stay plain
+    optimizer: torch.optim.Optimizer
+    scheduler: Any  # an LRScheduler, or anything with state_dict/load_state_dict
+    scaler: torch.amp.GradScaler
+
+    def state_dicts(self) -> dict[str, Any]:
+        return {
+            "model_state_dict": self.model.state_dict(),
+            "optimizer_state_dict": self.optimizer.state_dict(),
+            "scheduler_state_dict": self.scheduler.state_dict(),
+            "scaler_state_dict": self.scaler.state_dict(),
+        }
+
+    def load_state_dicts(self, checkpoint: Mapping[str, Any], path: Path) -> None:
+        """Strictly: a model or optimizer that does not fit is named, not half-loaded."""
+        check_state_dict_fits(self.model, checkpoint["model_state_dict"], path)
+        self.model.load_state_dict(checkpoint["model_state_dict"])
+        try:
+            self.optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
+        except (ValueError, KeyError) as error:
+            raise CheckpointError(f"checkpoint {path}: the optimizer state does not fit ({error})") from None
+        self.scheduler.load_state_dict(checkpoint["scheduler_state_dict"])
+        if checkpoint["scaler_state_dict"]:
+            self.scaler.load_state_dict(checkpoint["scaler_state_dict"])
+
+
+def checkpoint_payload(
+    stateful: Stateful, train_state: Mapping[str, Any], run_record: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Everything an exact resume needs: the objects' states, where the run stands
+    (``TrainState.state_dict()``: ``global_step``, ``epoch``, ``best_val``, ...), the random states, and
+    the run's record (config, seed, world size, label mapping). Saved only at optimizer-step
+    boundaries, so the position inside the accumulation window is always 0."""
+    return {
+        **stateful.state_dicts(),
+        **train_state,
+        "micro_batches_done_in_window": 0,
+        "rng_states": rng_states(),
+        **run_record,
+        "versions": versions(),
+    }

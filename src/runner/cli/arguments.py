@@ -1,0 +1,122 @@
+"""The command line, parsed once into one object. Rewrites (resume, torchrun) are pure functions over
+it that return a new one; nothing here reads or writes files or ``sys.argv``."""
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
+
+from runner.config.errors import ConfigError
+
+# Command-line flags of Hydra's that take the next argument as their value.
+HYDRA_FLAGS_WITH_VALUE = {
+    "-c", "--cfg", "-p", "--package", "-cp", "--config-path",
+    "-cn", "--config-name", "-cd", "--config-dir", "--experimental-rerun", "-i", "--info",
+}  # fmt: skip
+CONFIG_NAME_FLAGS = ("-cn", "--config-name")
+
+
+def parse_overrides(texts: Sequence[str]) -> tuple[Override, ...]:
+    """Hydra's own override parser; a syntax error is one line naming the override."""
+    try:
+        return tuple(OverridesParser.create().parse_overrides(list(texts)))
+    except HydraException as error:
+        message = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        raise ConfigError(message) from None
+
+
+def override_texts(arguments: Sequence[str]) -> list[str]:
+    """The ``key=value`` overrides among Hydra's command-line arguments."""
+    overrides, skip_next = [], False
+    for argument in arguments:
+        if skip_next:
+            skip_next = False
+        elif argument in HYDRA_FLAGS_WITH_VALUE:
+            skip_next = True
+        elif not argument.startswith("-") and "=" in argument:
+            overrides.append(argument)
+    return overrides
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """A command's arguments (Hydra's flags and ``key=value`` overrides), with the overrides parsed."""
+
+    arguments: tuple[str, ...]
+    overrides: tuple[Override, ...]
+
+    @classmethod
+    def parse(cls, arguments: Iterable[str]) -> "CommandLine":
+        arguments = tuple(arguments)
+        return cls(arguments, parse_overrides(override_texts(arguments)))
+
+    @property
+    def sweep(self) -> bool:
+        return "-m" in self.arguments or "--multirun" in self.arguments
+
+    @property
+    def custom_primary_config(self) -> bool:
+        return any(a in CONFIG_NAME_FLAGS or a.startswith("--config-name=") for a in self.arguments)
+
+    def has_flag(self, flag: str) -> bool:
+        return flag in self.arguments
+
+    def keys(self) -> list[str]:
+        return [override.key_or_group for override in self.overrides]
+
+    def last(self, key: str) -> Override | None:
+        """The override that decides ``key`` (the last one given)."""
+        return next((o for o in reversed(self.overrides) if o.key_or_group == key), None)
+
+    def without(self, *drop: str) -> "CommandLine":
+        """Without the given arguments (flags or override texts)."""
+        kept = [override for override in self.overrides if override.input_line not in drop]
+        return CommandLine(tuple(a for a in self.arguments if a not in drop), tuple(kept))
+
+    def plus(self, *texts: str, first: bool = False) -> "CommandLine":
+        """With more overrides, after the given ones (or before them: those given then win)."""
+        added = parse_overrides(texts)
+        if first:
+            return CommandLine((*texts, *self.arguments), (*added, *self.overrides))
+        return CommandLine((*self.arguments, *texts), (*self.overrides, *added))
+
+
+def value_text(override: Override) -> str:
+    """An override's value as written (``resume=latest`` -> ``latest``)."""
+    return override.input_line.split("=", 1)[1]
+
+
+def resumed(
+    command_line: CommandLine, checkpoint: str, run_dir: str, original: Sequence[str], stamp: str
+) -> CommandLine:
+    """``resume=...`` continues the same run: same directory, and the run's original overrides under
+    the ones given now. Hydra's record of this invocation goes to ``.hydra/resume-<stamp>``, so the
+    original one is kept."""
+    given = set(command_line.keys())
+    requests = [o.input_line for o in command_line.overrides if o.key_or_group == "resume"]
+    kept = [o.input_line for o in parse_overrides(original) if o.key_or_group not in given]
+    return (
+        command_line.without(*requests)
+        .plus(*kept, first=True)
+        .plus(
+            f"resume={checkpoint}", f"hydra.run.dir={run_dir}", f"hydra.output_subdir=.hydra/resume-{stamp}"
+        )
+    )
+
+
+def for_rank(command_line: CommandLine, run_dir: str, rank: int) -> CommandLine:
+    """Under torchrun: every rank gets rank 0's run (or sweep) directory, and only rank 0 keeps Hydra's
+    record; the other ranks log warnings and errors to their own file."""
+    sweep = command_line.sweep
+    rewritten = command_line.plus(f"hydra.{'sweep' if sweep else 'run'}.dir={run_dir}")
+    if rank == 0:
+        return rewritten
+    log_dir = "${hydra.runtime.output_dir}" if sweep else run_dir
+    return rewritten.plus(
+        "hydra.output_subdir=null",
+        f"hydra.job_logging.handlers.file.filename='{log_dir}/train.rank{rank}.log'",
+        "hydra.job_logging.root.level=WARNING",
+        "hydra.hydra_logging.root.level=WARNING",
+    )

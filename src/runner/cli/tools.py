@@ -1,0 +1,150 @@
+"""The commands besides ``train``: ``eval``, ``report``, ``doctor`` and ``lr_find``."""
+
+import logging
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from runner.cli.arguments import CommandLine
+from runner.cli.exits import exit_with
+from runner.cli.hydra_app import check_command_line, run_hydra
+from runner.config.checks import check_value
+from runner.config.errors import ConfigError, UserError
+from runner.config.schema import RunConfig
+from runner.config.typed import typed_config
+
+log = logging.getLogger("runner")
+# doctor writes nothing: no run directory, no record, no log file.
+WRITE_NOTHING = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled",
+                 "hydra/hydra_logging=disabled")  # fmt: skip
+LR_FIND_DIR = "hydra.run.dir=outputs/lr_find/${now:%Y-%m-%d}/${now:%H-%M-%S}-${unique_suffix:}"
+
+
+def main_eval(arguments: list[str]) -> None:
+    """``python -m runner eval ckpt=FILE [device=...]``: validation metrics of a checkpoint, with
+    the model and data rebuilt from the config stored in it."""
+    from runner.tools.evaluation import evaluate_checkpoint
+
+    options = dict(argument.split("=", 1) for argument in arguments if "=" in argument)
+    try:
+        unknown = set(options) - {"ckpt", "device"} or {a for a in arguments if "=" not in a}
+        if unknown or "ckpt" not in options:
+            raise ConfigError(
+                f"eval takes ckpt=FILE and optionally device=...; got {' '.join(arguments) or 'nothing'}"
+            )
+        device = options.get("device", "auto")
+        check_value("device", device)
+        metrics = evaluate_checkpoint(Path(options["ckpt"]), device, build=hydra.utils.instantiate)
+    except UserError as error:
+        exit_with(error)
+    print(" ".join(f"{name} {value:.6g}" if isinstance(value, float) else f"{name} {value}"
+                   for name, value in metrics.items()))  # fmt: skip
+
+
+def main_report(arguments: list[str]) -> None:
+    """``python -m runner report DIR``: rebuild a sweep's (or a run's) summary from its files."""
+    from runner.tools.report import write_summary
+
+    if len(arguments) != 1 or not Path(arguments[0]).is_dir():
+        got = " ".join(arguments) or "nothing"
+        exit_with(ConfigError(f"report takes one directory (a sweep or a run); got {got}"))
+    directory = Path(arguments[0])
+    try:
+        write_summary(directory)
+    except FileNotFoundError as error:
+        exit_with(ConfigError(str(error)))
+    print((directory / "summary.md").read_text(), end="")
+    print(f"wrote {directory / 'summary.csv'}, {directory / 'summary.md'}, {directory / 'summary.png'}")
+
+
+def task_setup(cfg: DictConfig) -> tuple[RunConfig, Any]:
+    """The typed config and what train would build from it (for doctor and lr_find); a bad setting
+    exits with its one-line error."""
+    from runner.experiment.setup import prepare
+
+    try:
+        config = typed_config(cfg)
+        seed = config.seed if config.seed is not None else secrets.randbelow(2**32)
+        return config, prepare(config, hydra.utils.instantiate, seed)
+    except UserError as error:
+        exit_with(error)
+
+
+def optimizer_factory(config: RunConfig) -> Callable[[Any], Any]:
+    """A fresh optimizer over a given model's parameters, as the config says (doctor and lr_find
+    train throw-away copies)."""
+    from runner.experiment.setup import build_optimizer
+
+    return lambda model: build_optimizer(hydra.utils.instantiate, config, model)
+
+
+def doctor_task(cfg: DictConfig, as_json: bool) -> None:
+    from runner.tools.doctor import FAIL, Setup, format_table, run_checks, to_json
+
+    config, prepared = task_setup(cfg)
+    setup = Setup(
+        model=prepared.parts.model,
+        optimizer_factory=optimizer_factory(config),
+        loss_fn=prepared.parts.loss_fn,
+        train_loader=prepared.train_loader,
+        val_loader=prepared.val_loader,
+        device=prepared.device,
+        precision=prepared.precision,
+        clip=config.clip,
+    )
+    results = run_checks(setup)
+    print(to_json(results) if as_json else format_table(results))
+    raise SystemExit(1 if any(result.status == FAIL for result in results) else 0)
+
+
+def main_doctor(arguments: list[str]) -> None:
+    """``python -m runner doctor [overrides] [--json]``: builds what train would, writes nothing."""
+    try:
+        command_line = CommandLine.parse(arguments)
+        check_command_line(command_line)
+    except UserError as error:
+        exit_with(error)
+    as_json = command_line.has_flag("--json")
+    run_hydra(lambda cfg: doctor_task(cfg, as_json), command_line.without("--json").plus(*WRITE_NOTHING))
+
+
+def lr_find_task(cfg: DictConfig) -> None:
+    from runner.tools.lr_find import find_lr, record
+
+    config, prepared = task_setup(cfg)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    curve = find_lr(
+        prepared.parts.model, optimizer_factory(config), prepared.parts.loss_fn, prepared.train_loader,
+        prepared.device, prepared.precision, config.clip,
+    )  # fmt: skip
+    plot = record(curve, run_dir)
+    diverged = (
+        f"the loss diverged at lr {curve.diverged_at:.3g}"
+        if curve.diverged_at
+        else "no divergence up to lr 10"
+    )
+    log.info("lr_find: %d steps from lr 1e-06; %s; curve in %s%s", len(curve.lrs), diverged,
+             run_dir, f" and {plot}" if plot else " (no plot: matplotlib is not installed)")  # fmt: skip
+    if curve.suggestion is None:
+        log.warning(
+            "lr_find: the loss never fell clearly; no suggestion (check the setup with runner doctor)"
+        )
+        raise SystemExit(1)
+    print(f"suggested: optimizer.lr={curve.suggestion:.3g}")
+
+
+def main_lr_find(arguments: list[str]) -> None:
+    """``python -m runner lr_find [overrides]``: curve and plot under outputs/lr_find/."""
+    try:
+        command_line = CommandLine.parse(arguments)
+        check_command_line(command_line)
+    except UserError as error:
+        exit_with(error)
+    if command_line.last("hydra.run.dir") is None:
+        command_line = command_line.plus(LR_FIND_DIR)
+    run_hydra(lr_find_task, command_line.plus("hydra.job.name=lr_find"))

@@ -1,0 +1,118 @@
+"""``python -m runner train [overrides]``: check the command line, rewrite it for a resume or for
+torchrun, then run (or sweep) under Hydra."""
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from runner.cli.arguments import CommandLine, for_rank, parse_overrides, resumed, value_text
+from runner.cli.exits import exit_with
+from runner.cli.hydra_app import check_command_line, run_hydra
+from runner.cli.submitit_tasks import submitit_tasks_as_ranks
+from runner.config.errors import ConfigError, UserError
+from runner.config.typed import typed_config
+
+log = logging.getLogger("runner")
+SWEEP_PLUGIN_GROUPS = ("hydra/launcher", "hydra/sweeper", "hparams_search")
+
+
+def with_resume(command_line: CommandLine) -> tuple[CommandLine, Any]:
+    """The command line that continues the run ``resume=`` names, and its checkpoint, found and
+    loaded here once. ``resume=auto`` looks in the run's own directory, once Hydra has made it."""
+    request = command_line.last("resume")
+    if request is None or value_text(request) in ("auto", "null"):
+        return command_line, None
+    from runner.checkpoint.locate import locate_checkpoint, original_overrides
+
+    found = locate_checkpoint(value_text(request), Path.cwd() / "outputs")
+    original = original_overrides(found.run_dir)
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    return resumed(command_line, str(found.path), str(found.run_dir), original, stamp), found
+
+
+def under_torchrun(command_line: CommandLine) -> CommandLine:
+    """Start the process group and give every rank rank 0's directory. A sweep runs its jobs one after
+    another, each on every rank, with Hydra's basic launcher and sweeper."""
+    from runner.training.distributed import shared_run_dir, start_process_group
+
+    if command_line.sweep:
+        for override in command_line.overrides:
+            if override.key_or_group.lstrip("+~") in SWEEP_PLUGIN_GROUPS:
+                raise ConfigError(
+                    f"{override.input_line}: under torchrun a sweep runs each job on every rank, one job "
+                    "after another (Hydra's basic launcher and sweeper); for parallel or Optuna sweeps of "
+                    "multi-process jobs, use a submitit launcher with hydra.launcher.tasks_per_node instead "
+                    "of torchrun"
+                )
+    start_process_group()
+    given = command_line.last("hydra.sweep.dir" if command_line.sweep else "hydra.run.dir")
+    parent = "outputs/multirun" if command_line.sweep else "outputs"
+    run_dir = shared_run_dir(value_text(given) if given else None, parent)
+    return for_rank(command_line, run_dir, int(os.environ["RANK"]))
+
+
+def train_task(cfg: DictConfig, found: Any = None) -> float | None:
+    """One run, or one job of a sweep. A failed sweep job records its failure (traceback in its log,
+    ``result.json``) and returns NaN, so the other jobs and the sweep's summary still run."""
+    from runner.experiment.train import train
+    from runner.observe.records import write_result
+
+    hydra_config = HydraConfig.get()
+    run_dir = Path(hydra_config.runtime.output_dir)
+    in_sweep = hydra_config.mode == RunMode.MULTIRUN
+    swept_keys = [override.key_or_group for override in parse_overrides(hydra_config.overrides.task)]
+    started = time.time()
+
+    def record(status: str, **details: Any) -> None:
+        # Rank 0 alone: ranks that fail at the same step would otherwise write one file at once.
+        if int(os.environ.get("RANK", 0)) == 0:
+            write_result(run_dir, status, time.time() - started, **details)
+
+    with submitit_tasks_as_ranks(run_dir):
+        try:
+            config = typed_config(cfg)
+            given = found if found is not None and config.resume == str(found.path) else None
+            best = train(
+                config, run_dir, build=hydra.utils.instantiate, hparam_keys=swept_keys, resume_from=given
+            )
+        except UserError as error:
+            if not in_sweep:
+                exit_with(error)  # bad input writes nothing beyond Hydra's own files
+            record("failed", error=str(error))
+            log.error("job failed: %s", error)
+            return math.nan
+        except Exception as error:
+            record("failed", error=f"{type(error).__name__}: {error}")
+            if not in_sweep:
+                raise
+            log.exception("job failed")
+            return math.nan
+        record("ok", best=best)
+        return best
+
+
+def main_train(arguments: list[str]) -> None:
+    distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
+    try:
+        command_line = CommandLine.parse(arguments)
+        check_command_line(command_line)
+        command_line, found = with_resume(command_line)
+        if distributed:
+            command_line = under_torchrun(command_line)
+    except UserError as error:
+        exit_with(error)
+    try:
+        run_hydra(lambda cfg: train_task(cfg, found), command_line)
+    finally:
+        if distributed:
+            from runner.training.distributed import stop_process_group
+
+            stop_process_group()

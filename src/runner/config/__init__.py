@@ -1,0 +1,1 @@
+"""The config: its typed schema, the rules derived from it, and its conversion from Hydra's."""

@@ -1,0 +1,92 @@
+"""What a setting is: its allowed values, whether a resumed run may change it, whether it is a
+hyperparameter. Declared once, beside each field of the schema (``setting(...)``); the checks, the
+resume comparison and the HParams list are derived from those declarations."""
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from omegaconf import MISSING
+
+# "same": a resumed run must keep it (it changes the math of the steps taken); "may_change": it does
+# not (limits, cadences, where things go); "weights": compared when the weights load, which names the
+# keys and shapes that differ (the model's settings).
+ResumePolicy = Literal["same", "may_change", "weights"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    allowed: str  # what the error message says is allowed
+    accepts: Callable[[Any], bool]
+
+
+@dataclass(frozen=True)
+class Setting:
+    rule: Rule | None = None
+    resume: ResumePolicy = "same"
+    hparam: bool = False  # recorded for TensorBoard's HParams dashboard
+
+
+def setting(
+    default: Any = MISSING,
+    *,
+    rule: Rule | None = None,
+    resume: ResumePolicy = "same",
+    hparam: bool = False,
+    keys: Mapping[str, Setting] | None = None,
+) -> Any:
+    """A dataclass field carrying its :class:`Setting`. ``keys`` declares settings inside an open
+    ``_target_`` mapping (``optimizer.lr``); a dataclass type as default makes a nested section."""
+    metadata = {"setting": Setting(rule, resume, hparam), "keys": dict(keys or {})}
+    if isinstance(default, type) and dataclasses.is_dataclass(default):
+        return dataclasses.field(default_factory=default, metadata=metadata)
+    if isinstance(default, list | dict):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def declared_settings(schema: type, prefix: str = "") -> dict[str, Setting]:
+    """Every declared setting of a schema by dotted key, in declaration order."""
+    found: dict[str, Setting] = {}
+    for field in dataclasses.fields(schema):
+        key = prefix + field.name
+        if isinstance(field.type, type) and dataclasses.is_dataclass(field.type):
+            found.update(declared_settings(field.type, key + "."))
+            continue
+        found[key] = field.metadata.get("setting", Setting())
+        for inner, declared in field.metadata.get("keys", {}).items():
+            found[f"{key}.{inner}"] = declared
+    return found
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def int_at_least(minimum: int, nullable: bool = False, null_means: str = "") -> Rule:
+    allowed = f"an integer >= {minimum}" + (f", or null ({null_means})" if nullable else "")
+    return Rule(allowed, lambda v: (nullable and v is None) or (_is_int(v) and v >= minimum))
+
+
+def number_above(minimum: float, inclusive: bool, nullable: bool = False, null_means: str = "") -> Rule:
+    relation = ">=" if inclusive else ">"
+    allowed = f"a number {relation} {minimum:g}" + (f", or null ({null_means})" if nullable else "")
+
+    def accepts(value: Any) -> bool:
+        if nullable and value is None:
+            return True
+        return _is_number(value) and (value >= minimum if inclusive else value > minimum)
+
+    return Rule(allowed, accepts)
+
+
+def one_of(*choices: str) -> Rule:
+    return Rule("one of " + ", ".join(choices), lambda v: v in choices)
+
+
+BOOLEAN = Rule("true or false", lambda v: isinstance(v, bool))

@@ -1,0 +1,48 @@
+"""The composed config as typed objects, made once: the rest of runner reads attributes."""
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+from runner.config.checks import check_top_level_key, validate_config
+from runner.config.errors import ConfigError, show
+from runner.config.schema import RunConfig
+
+
+def typed_config(composed: DictConfig | Mapping[str, Any]) -> RunConfig:
+    """The schema's dataclasses with every interpolation resolved; the open ``_target_`` groups
+    become plain dicts. A config composed without the schema (another primary config) or read back
+    from a checkpoint is merged onto it, so an unknown key is named. Checked before it is returned."""
+    try:
+        if not (isinstance(composed, DictConfig) and OmegaConf.get_type(composed) is RunConfig):
+            for key, value in composed.items():
+                check_top_level_key(str(key), given=f"{key}={show(value)}")
+            composed = OmegaConf.merge(OmegaConf.structured(RunConfig), composed)
+        config = OmegaConf.to_object(composed)
+    except ConfigKeyError as error:
+        raise ConfigError(f"{error.full_key or error.key}: not a config key ({error.msg})") from None
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", None) or "?"
+        if type(error).__name__ == "MissingMandatoryValue":
+            raise ConfigError(f"{key} has no value; set it in the config or on the command line") from None
+        raise ConfigError(f"{key}: {str(error).splitlines()[0]}") from None
+    validate_config(config)
+    return config
+
+
+def as_dict(config: RunConfig) -> dict[str, Any]:
+    """Plain values only (safe to save in a checkpoint and to write as YAML)."""
+    return dataclasses.asdict(config)
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

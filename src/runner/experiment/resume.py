@@ -1,0 +1,36 @@
+"""Whether a checkpoint may continue this run: the settings that change the math must match, and so
+must the number of processes. Which settings those are is declared in the schema."""
+
+from pathlib import Path
+from typing import Any
+
+from runner.checkpoint.files import CheckpointError
+from runner.config.errors import show
+from runner.config.schema import resume_policy
+from runner.config.typed import flatten
+
+ABSENT = "<absent>"
+
+
+def check_resume_compatible(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
+    """Refuse a resumed config that would change the math of the run so far. The model's settings
+    are left to the strict state-dict check, which names the keys and shapes that differ."""
+    saved_flat, current_flat = flatten(saved), flatten(current)
+    changed = [
+        f"{key} ({show(saved_flat.get(key, ABSENT))} -> {show(current_flat.get(key, ABSENT))})"
+        for key in sorted(saved_flat.keys() | current_flat.keys())
+        if saved_flat.get(key) != current_flat.get(key) and resume_policy(key) == "same"
+    ]
+    if changed:
+        raise CheckpointError(
+            f"resume={path}: these settings differ from the run being resumed and would change its "
+            f"math: {', '.join(changed)}; resume with the original values, or start a new run"
+        )
+
+
+def check_world_size(saved: int, current: int, path: Path) -> None:
+    if saved != current:
+        raise CheckpointError(
+            f"resume={path}: saved by {saved} process(es), resumed with {current}; "
+            "the data order depends on the world size: resume with the same number"
+        )

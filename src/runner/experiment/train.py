@@ -1,0 +1,224 @@
+"""One training run: set up from a typed config, build, print the plan, fit, record.
+
+Hydra-free (see ``setup.py``): the command line composes the config and hands it over.
+"""
+
+import logging
+import math
+import signal
+import statistics
+from collections.abc import Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+import runner
+from runner.checkpoint.contents import Stateful, checkpoint_payload
+from runner.checkpoint.files import CHECKPOINT_DIR, restore_rng_states
+from runner.checkpoint.locate import Found, locate_checkpoint, own_checkpoint
+from runner.checkpoint.policy import Checkpointer, NoCheckpoints, PeriodicCheckpointer
+from runner.config.errors import show
+from runner.config.schema import HPARAM_KEYS, RunConfig
+from runner.config.typed import as_dict, flatten
+from runner.experiment.resume import check_resume_compatible, check_world_size
+from runner.experiment.setup import Build, build_optimizer, prepare
+from runner.observe.records import record_split, write_run_record
+from runner.observe.runplan import run_plan
+from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
+from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job
+from runner.training.engine import Hooks, Loaders, LoopSettings, fit, planned_steps
+from runner.training.schedules import build_scheduler
+from runner.training.seeding import draw_seed
+from runner.training.signals import GracefulStop
+from runner.training.speed import apply_speed_settings
+from runner.training.state import TrainState
+from runner.training.step import Learner
+
+log = logging.getLogger("runner")
+
+
+def loop_settings(config: RunConfig) -> LoopSettings:
+    trainer = config.trainer
+    return LoopSettings(
+        max_steps=trainer.max_steps,
+        max_epochs=trainer.max_epochs,
+        micro_batches_per_step=config.accumulate,
+        clip_norm=config.clip,
+        log_every_n_steps=trainer.log_every_n_steps,
+        val_every_n_epochs=trainer.val_every_n_epochs,
+        val_every_n_steps=trainer.val_every_n_steps,
+        monitor=config.checkpoint.monitor,
+        monitor_mode=config.checkpoint.mode,
+        on_nonfinite=config.on_nonfinite,
+        max_nonfinite_in_a_row=config.max_nonfinite_in_a_row,
+    )
+
+
+def hparams_of(config: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """The settings TensorBoard's HParams dashboard compares runs by: the schema's hyperparameters
+    and the keys a sweep varies."""
+    flat = flatten(config)
+    chosen = {}
+    for key in [*HPARAM_KEYS, *keys]:
+        value = flat.get(key)
+        chosen[key] = value if isinstance(value, int | float | str | bool) else show(value)
+    return chosen
+
+
+def checkpoint_to_resume(config: RunConfig, run_dir: Path, given: Found | None) -> Found | None:
+    """A submitit job that finds a checkpoint in its own directory was requeued: it continues from
+    there. Else the one the command line found (and loaded), or the one ``resume=`` names."""
+    if config.resume == "auto" or in_submitit_job():
+        own = own_checkpoint(run_dir)
+        if own is not None or config.resume == "auto":
+            return own
+    if given is not None or config.resume is None:
+        return given
+    return locate_checkpoint(config.resume, Path.cwd() / "outputs")
+
+
+def train(
+    config: RunConfig,
+    run_dir: Path,
+    build: Build,
+    hparam_keys: Sequence[str] = (),
+    resume_from: Found | None = None,
+) -> float | None:
+    """Run one experiment; return the best value of the monitored metric (what sweepers optimise).
+
+    ``hparam_keys``: settings recorded for TensorBoard's HParams dashboard besides the schema's
+    (a sweep passes the keys it varies). ``resume_from``: a checkpoint already found and loaded."""
+    process = from_environment()
+    plain_config = as_dict(config)
+    found = checkpoint_to_resume(config, run_dir, resume_from)
+    checkpoint = found.checkpoint if found else None
+    if found is not None:
+        check_resume_compatible(checkpoint["config"], plain_config, found.path)
+        check_world_size(checkpoint.get("world_size", 1), process.world_size, found.path)
+    seed = checkpoint["seed"] if checkpoint else draw_seed() if config.seed is None else config.seed
+    prepared = prepare(config, build, seed, process)
+    device, precision, parts = prepared.device, prepared.precision, prepared.parts
+    model = parts.model
+    speed = apply_speed_settings(
+        model, device, config.tf32, config.channels_last, config.compile and not process.distributed
+    )
+    forward_model, skip_grad_sync = speed.forward_model, nullcontext
+    if process.distributed:
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        forward_model = torch.compile(ddp) if config.compile else ddp
+        skip_grad_sync = ddp.no_sync
+    optimizer = build_optimizer(build, config, model)
+    learner = Learner(
+        forward_model, parts.loss_fn, optimizer, precision, device, speed.channels_last, skip_grad_sync
+    )
+    settings = loop_settings(config)
+    total_steps = planned_steps(settings, len(prepared.train_loader))
+    scheduler = build_scheduler(optimizer, total_steps=total_steps, **vars(config.scheduler))
+    stateful = Stateful(model, optimizer, scheduler, precision.scaler)
+    state = TrainState()
+    if checkpoint is not None:
+        stateful.load_state_dicts(checkpoint, found.path)
+        state.load_state_dict(checkpoint)
+
+    # Everything is built and loaded: from here on the run writes into its directory.
+    resumed_from = f"{found.path} (step {state.step}, epoch {state.epoch})" if found else None
+    steps_per_epoch = math.ceil(len(prepared.train_loader) / settings.micro_batches_per_step)
+    plan = run_plan(
+        config, device, precision, seed, total_steps, steps_per_epoch, run_dir, resumed_from, speed.notes,
+        process.world_size,
+    )  # fmt: skip
+    log.info(plan)
+    logger: MetricLogger = NullLogger()
+    checkpointer: Checkpointer = NoCheckpoints()
+    if process.is_main:  # only rank 0 writes: records, checkpoints, TensorBoard
+        runtime = {
+            "device": str(device),
+            "precision_requested": precision.requested,
+            "precision_used": precision.used,
+            "seed": seed,
+            "world_size": process.world_size,
+            "effective_batch_size": config.data.batch_size * config.accumulate * process.world_size,
+            "planned_steps": total_steps,
+            "runner_version": runner.__version__,
+            "torch_version": str(torch.__version__),
+        }
+        write_run_record(run_dir, plain_config, runtime)
+        record_split(run_dir, parts.train_set, parts.val_set)
+        # Events past the checkpoint's step belong to the lost future of the interrupted run.
+        logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
+        if config.checkpoint.enabled:
+            checkpointer = make_checkpointer(config, run_dir, stateful, logger, {
+                "monitor": config.checkpoint.monitor, "seed": seed, "world_size": process.world_size,
+                "config": plain_config, "label_mapping": getattr(parts.train_set, "classes", None),
+            })  # fmt: skip
+    logger.log_text("run/plan", plan)
+    if checkpoint is not None:
+        restore_rng_states(checkpoint["rng_states"])  # the very last thing before training continues
+    loaders = Loaders(prepared.train_loader, prepared.train_sampler, prepared.val_loader)
+    try:
+        with GracefulStop() as stop:  # also covers the last save: a second Ctrl-C aborts it
+            state = fit(learner, scheduler, loaders, settings, Hooks(logger, checkpointer, stop), state)
+            last = checkpointer.save_last(state)
+        log_final_hparams(logger, state, plain_config, hparam_keys, config.checkpoint.monitor)
+    finally:
+        logger.close()
+    report_end(state, checkpointer, last, run_dir, process)
+    if state.stopped_by_signal is not None:
+        stop.exit_for(state.stopped_by_signal)
+    return state.best_val
+
+
+def make_checkpointer(
+    config: RunConfig, run_dir: Path, stateful: Stateful, logger: MetricLogger, run_record: dict[str, Any]
+) -> PeriodicCheckpointer:
+    policy = config.checkpoint
+    return PeriodicCheckpointer(
+        run_dir / CHECKPOINT_DIR,
+        lambda state: checkpoint_payload(stateful, state.state_dict(), run_record),
+        policy.every_n_steps, policy.every_n_epochs, policy.keep_last, policy.save_best,
+        before_save=logger.flush,
+    )  # fmt: skip
+
+
+def log_final_hparams(
+    logger: MetricLogger, state: TrainState, config: dict[str, Any], keys: Sequence[str], monitor: str
+) -> None:
+    logger.log_hparams(
+        state.step,
+        hparams_of(config, keys),
+        {
+            f"hparams/best_{monitor.replace('/', '_')}": state.best_val,
+            "hparams/final_train_loss": state.last_train_loss,
+            **{f"hparams/final_{name.replace('/', '_')}": value for name, value in state.last_val.items()},
+        },
+    )
+
+
+def report_end(
+    state: TrainState, checkpointer: Checkpointer, last: Path | None, run_dir: Path, process: ProcessInfo
+) -> None:
+    if checkpointer.save_seconds:
+        pauses = checkpointer.save_seconds
+        writes = getattr(checkpointer, "write_seconds", None) or [0.0]
+        log.info(
+            "checkpoints: %d saves; training paused %.1f ms per save (median, max %.1f ms), "
+            "writing took %.1f ms (median) in the background",
+            len(pauses), 1000 * statistics.median(pauses), 1000 * max(pauses),
+            1000 * statistics.median(writes),
+        )  # fmt: skip
+    if state.stopped_by_signal is not None:
+        name = signal.Signals(state.stopped_by_signal).name
+        if not process.is_main:
+            log.warning("stopped by %s at step %d; rank 0 saves the checkpoint", name, state.step)
+            return
+        saved = f"saved {last}" if last else "nothing saved (checkpoint.enabled=false)"
+        log.warning("stopped by %s at step %d; %s", name, state.step, saved)
+        if last:
+            log.warning("resume with: python -m runner train resume=%s", run_dir)
+        return
+    metrics = " ".join(f"{name}={value:.4g}" for name, value in state.last_val.items())
+    best = f"{state.best_val:.4g} at step {state.best_val_step}" if state.best_val is not None else "n/a"
+    log.info("done: step=%d epoch=%d %s | best %s", state.step, state.epoch, metrics, best)

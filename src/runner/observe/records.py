@@ -1,0 +1,33 @@
+"""What a run leaves beside its events for people and summaries: ``run.yaml`` (the config and what
+the run resolved), ``data_split.json`` and ``result.json`` (kept apart from report.py, whose
+TensorBoard reader is slow to import, so training does not pay for it)."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+RESULT_FILE = "result.json"
+
+
+def write_run_record(run_dir: Path, config: dict[str, Any], runtime: dict[str, Any]) -> None:
+    (run_dir / "run.yaml").write_text(yaml.safe_dump({**config, "runtime": runtime}, sort_keys=False))
+
+
+def record_split(run_dir: Path, train_set: Any, val_set: Any) -> None:
+    """Keep the train/val split with the run, so the run can be repeated on the same data."""
+    split = {"train_size": len(train_set), "val_size": len(val_set)}
+    for name, dataset in (("train", train_set), ("val", val_set)):
+        if hasattr(dataset, "indices"):
+            split[f"{name}_indices"] = [int(index) for index in dataset.indices]
+    (run_dir / "data_split.json").write_text(json.dumps(split))
+
+
+def write_result(
+    run_dir: Path, status: str, wall_seconds: float, best: float | None = None, error: str = ""
+) -> None:
+    """``ok`` or ``failed``; a run without one is ``incomplete`` (still running, or killed)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    result = {"status": status, "wall_seconds": round(wall_seconds, 3), "best": best, "error": error}
+    (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=2))

@@ -1,0 +1,226 @@
+"""The training engine: the hand-written template's loop, with accumulation, mixed precision and
+clipping (in :func:`train_step`), readable top to bottom in :func:`fit`.
+
+The loop calls its policies at fixed points (checkpointing, logging, the stop flag) and each decides
+for itself whether to act.
+"""
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from torch.utils.data import DataLoader
+
+from runner.checkpoint.policy import Checkpointer, NoCheckpoints
+from runner.config.errors import ConfigError, UserError
+from runner.data.loading import EpochSampler
+from runner.observe.progress import Progress
+from runner.observe.writer import MetricLogger, NullLogger, to_floats
+from runner.training.state import TrainState
+from runner.training.step import Learner, StepResult, accumulation_windows, clipped_norm, train_step
+from runner.training.validation import evaluate, improves
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    max_steps: int | None
+    max_epochs: int | None
+    micro_batches_per_step: int
+    clip_norm: float | None
+    log_every_n_steps: int
+    val_every_n_epochs: int | None
+    val_every_n_steps: int | None
+    monitor: str = "val/loss"
+    monitor_mode: str = "min"
+    on_nonfinite: str = "raise"  # or "skip", or "off" (no check: no host read per step)
+    max_nonfinite_in_a_row: int = 5
+
+
+@dataclass
+class Loaders:
+    train: DataLoader
+    sampler: EpochSampler  # the train loader's; set per epoch, and part-way through one on resume
+    val: DataLoader
+
+
+class StopFlag(Protocol):
+    """Set asynchronously (by a signal handler); read at optimizer-step boundaries."""
+
+    def requested(self) -> int | None: ...
+
+
+@dataclass
+class Hooks:
+    """What the loop calls at fixed points; each off by default as a no-op object."""
+
+    logger: MetricLogger = field(default_factory=NullLogger)
+    checkpointer: Checkpointer = field(default_factory=NoCheckpoints)
+    stop: StopFlag | None = None
+
+
+class NonFiniteError(UserError):
+    """Training produced a non-finite gradient; raised before the optimizer applied it."""
+
+
+ADVICE_NONFINITE = (
+    "lower the learning rate (optimizer.lr); then check the inputs and add gradient clipping (clip=1.0)"
+)
+
+
+def steps_per_epoch(micro_batches_per_epoch: int, micro_batches_per_step: int) -> int:
+    """A short last window still makes one optimizer step."""
+    return math.ceil(micro_batches_per_epoch / micro_batches_per_step)
+
+
+def planned_steps(settings: LoopSettings, micro_batches_per_epoch: int) -> int:
+    per_epoch = steps_per_epoch(micro_batches_per_epoch, settings.micro_batches_per_step)
+    limits = [settings.max_steps] if settings.max_steps is not None else []
+    if settings.max_epochs is not None:
+        limits.append(settings.max_epochs * per_epoch)
+    return min(limits)
+
+
+def count_skipped_step(
+    state: TrainState, settings: LoopSettings, grad_norm: torch.Tensor, scaled: bool
+) -> None:
+    """A step the guard skipped: raise when asked to, or after too many skips in a row. Under loss
+    scaling an overflow is routine (the scaler lowers its scale), and it counts like any other skip."""
+    where = (
+        f"non-finite gradient (total norm {grad_norm.item()}) at optimizer step {state.step + 1} "
+        f"(epoch {state.epoch}, micro-batch {state.batches_done_in_epoch} of the epoch)"
+    )
+    last_loss = (
+        f"last logged loss {state.last_train_loss:.4g}"
+        if state.last_train_loss is not None
+        else "no loss logged yet"
+    )
+    if settings.on_nonfinite == "raise" and not scaled:
+        raise NonFiniteError(f"{where}; {last_loss}; the update was not applied. {ADVICE_NONFINITE}")
+    state.skipped_steps += 1
+    state.nonfinite_in_a_row += 1
+    if state.nonfinite_in_a_row >= settings.max_nonfinite_in_a_row:
+        raise NonFiniteError(
+            f"{where}: {state.nonfinite_in_a_row} steps in a row skipped; {last_loss}. {ADVICE_NONFINITE}"
+        )
+
+
+def step_scalars(
+    result: StepResult, state: TrainState, learner: Learner, settings: LoopSettings
+) -> dict[str, float]:
+    """What a log step records, read from the device in one go."""
+    scalars = {
+        "train/loss": result.loss,
+        "train/grad_norm": result.grad_norm_before_clip,
+        "train/lr": result.lr,
+    }
+    if learner.precision.scaler.is_enabled():
+        scalars["train/loss_scale"] = learner.precision.scaler.get_scale()
+    if state.skipped_steps or settings.on_nonfinite == "skip":
+        scalars["train/skipped_steps"] = state.skipped_steps
+    scalars = to_floats(scalars)
+    scalars["train/grad_norm_clipped"] = clipped_norm(scalars["train/grad_norm"], settings.clip_norm)
+    return scalars
+
+
+def validate(
+    learner: Learner,
+    loader: DataLoader,
+    settings: LoopSettings,
+    state: TrainState,
+    hooks: Hooks,
+    progress: Progress,
+) -> None:
+    state.last_val = evaluate(
+        learner.model, loader, learner.loss_fn, learner.device, learner.precision, learner.channels_last
+    )
+    if settings.monitor not in state.last_val:
+        raise ConfigError(
+            f"checkpoint.monitor={settings.monitor}, but this run's validation gives only "
+            + ", ".join(state.last_val)
+            + "; monitor one of those"
+        )
+    value = state.last_val[settings.monitor]
+    improved = improves(value, state.best_val, settings.monitor_mode)
+    if improved:
+        state.best_val, state.best_val_step = value, state.step
+    hooks.logger.log_scalars(state.step, state.last_val)
+    progress.report(state.epoch, state.step, {"train/loss": state.last_train_loss, **state.last_val})
+    hooks.checkpointer.after_validation(state, improved)
+
+
+def fit(
+    learner: Learner,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    loaders: Loaders,
+    settings: LoopSettings,
+    hooks: Hooks | None = None,
+    state: TrainState | None = None,
+) -> TrainState:
+    """Train until ``max_steps`` or ``max_epochs``, whichever comes first; return the final state."""
+    hooks = hooks or Hooks()
+    state = state or TrainState()
+    micro_batches_per_epoch = math.ceil(loaders.sampler.samples_per_rank / loaders.train.batch_size)
+    total_steps = planned_steps(settings, micro_batches_per_epoch)
+    progress = Progress(total_steps, initial_step=state.step)
+    samples_since_log, last_log_time = 0, time.perf_counter()
+    validated_at_step = None
+
+    learner.model.train()
+    learner.optimizer.zero_grad(set_to_none=True)
+    while state.step < total_steps:
+        loaders.sampler.set_epoch(
+            state.epoch, skip_samples=state.batches_done_in_epoch * loaders.train.batch_size
+        )
+        for window in accumulation_windows(loaders.train, settings.micro_batches_per_step):
+            result = train_step(
+                learner, window, settings.clip_norm, check_finite=settings.on_nonfinite != "off"
+            )
+            if result.applied:
+                state.nonfinite_in_a_row = 0
+                scheduler.step()
+            else:
+                count_skipped_step(
+                    state, settings, result.grad_norm_before_clip, learner.precision.scaler.is_enabled()
+                )
+            state.step += 1
+            state.batches_done_in_epoch += len(window)
+            samples_since_log += sum(len(targets) for _, targets in window)
+
+            if state.step % settings.log_every_n_steps == 0 or state.step == total_steps:
+                scalars = step_scalars(result, state, learner, settings)
+                now = time.perf_counter()  # after the read above: on a GPU it waits for the step
+                scalars["perf/samples_per_sec"] = samples_since_log / max(now - last_log_time, 1e-9)
+                samples_since_log, last_log_time = 0, now
+                state.last_train_loss = scalars["train/loss"]
+                hooks.logger.log_scalars(state.step, scalars)
+                progress.update(state.step, scalars)
+
+            epoch_ended = state.batches_done_in_epoch == micro_batches_per_epoch
+            if epoch_ended:
+                state.epoch += 1
+                state.batches_done_in_epoch = 0
+            step_validates = settings.val_every_n_steps and state.step % settings.val_every_n_steps == 0
+            epoch_validates = (
+                epoch_ended and settings.val_every_n_epochs and state.epoch % settings.val_every_n_epochs == 0
+            )
+            if step_validates or epoch_validates:
+                validate(learner, loaders.val, settings, state, hooks, progress)
+                validated_at_step = state.step
+            if epoch_ended:
+                hooks.checkpointer.after_epoch(state)
+            hooks.checkpointer.after_step(state)
+            if hooks.stop is not None and (signal_number := hooks.stop.requested()) is not None:
+                state.stopped_by_signal = signal_number
+                break
+            if state.step >= total_steps:
+                break
+        if state.stopped_by_signal is not None:
+            break
+
+    if validated_at_step != state.step and state.stopped_by_signal is None:
+        validate(learner, loaders.val, settings, state, hooks, progress)
+    progress.close()
+    hooks.logger.flush()
+    return state

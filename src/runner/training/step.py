@@ -1,0 +1,111 @@
+"""One training step: an accumulation window of micro-batches becomes one optimizer update.
+
+The one place runner does forward, backward, loss scaling, clipping and the update: ``fit``, doctor's
+overfit check and ``lr_find`` all call :func:`train_step`, so they train alike.
+"""
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from runner.training.precision import Precision
+
+
+@dataclass
+class Learner:
+    """What a step updates, and how."""
+
+    model: nn.Module  # what the step calls (DDP or compiled wrappers included)
+    loss_fn: Callable
+    optimizer: torch.optim.Optimizer
+    precision: Precision
+    device: torch.device
+    channels_last: bool = False  # image batches in channels-last memory format
+    # With several processes: DDP's no_sync, so gradients are averaged only on a window's last micro-batch.
+    skip_grad_sync: Callable[[], AbstractContextManager] = nullcontext
+    trainable: list[torch.Tensor] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+
+
+@dataclass
+class StepResult:
+    """Tensors stay on the device: reading them is a host sync, left to the log steps."""
+
+    loss: torch.Tensor  # the window's mean loss
+    grad_norm_before_clip: torch.Tensor
+    lr: float  # the rate this update used (group 0)
+    applied: bool  # False: a non-finite gradient, the update was skipped
+
+
+def accumulation_windows(batches: Iterable, micro_batches_per_step: int) -> Iterator[list]:
+    """Group micro-batches into the windows that make one optimizer step each."""
+    iterator = iter(batches)
+    while window := list(itertools.islice(iterator, micro_batches_per_step)):
+        yield window
+
+
+def move_batch(
+    inputs: torch.Tensor, targets: torch.Tensor, device: torch.device, channels_last: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """To the device (asynchronously from pinned memory on CUDA), images channels-last if asked."""
+    inputs = inputs.to(device, non_blocking=True)
+    if channels_last and inputs.ndim == 4:
+        inputs = inputs.contiguous(memory_format=torch.channels_last)
+    return inputs, targets.to(device, non_blocking=True)
+
+
+def clipped_norm(grad_norm: float, max_norm: float | None) -> float:
+    """The total norm after ``clip_grads_with_norm_``: it scales every gradient by this same
+    coefficient, so the norm follows from the norm before, without another pass over the gradients."""
+    if max_norm is None:
+        return grad_norm
+    return grad_norm * min(max_norm / (grad_norm + 1e-6), 1.0)
+
+
+def train_step(
+    learner: Learner, window: list, clip_norm: float | None, check_finite: bool = True
+) -> StepResult:
+    """Forward and backward over the window's micro-batches, then unscale, clip and update. With
+    ``check_finite`` a non-finite gradient norm leaves the weights and optimizer as they are (one read
+    of the norm per step). Gradients are cleared after the update."""
+    model, precision, optimizer = learner.model, learner.precision, learner.optimizer
+    window_samples = sum(len(targets) for _, targets in window)
+    weighted_losses = []
+    for index, (inputs, targets) in enumerate(window):
+        inputs, targets = move_batch(inputs, targets, learner.device, learner.channels_last)
+        last_micro_batch = index == len(window) - 1
+        with nullcontext() if last_micro_batch else learner.skip_grad_sync():
+            with precision.autocast():
+                loss = learner.loss_fn(model(inputs), targets)
+            # Weight each micro-batch's mean loss by its share of the window's samples: the summed
+            # gradient is then the gradient of the mean loss over the whole window, also for a short
+            # last window (dividing by the window count would not be). A window of one micro-batch
+            # has share 1: no multiply (bit-identical, cheaper).
+            share = len(targets) / window_samples
+            weighted_loss = loss * share if share != 1.0 else loss
+            precision.scaler.scale(weighted_loss).backward()
+        weighted_losses.append(weighted_loss.detach())
+
+    # Clip only after backward, and under loss scaling only after unscaling.
+    precision.scaler.unscale_(optimizer)
+    grads = [p.grad for p in learner.trainable if p.grad is not None]
+    grad_norm_before_clip = torch.nn.utils.get_total_norm(grads)
+    if clip_norm is not None:
+        torch.nn.utils.clip_grads_with_norm_(learner.trainable, clip_norm, grad_norm_before_clip)
+    lr = optimizer.param_groups[0]["lr"]
+    # The guard reads one number per step (the norm above): on a GPU one small device-to-host copy,
+    # as loss scaling does too.
+    applied = not check_finite or bool(torch.isfinite(grad_norm_before_clip))
+    if applied or precision.scaler.is_enabled():
+        precision.scaler.step(optimizer)  # under loss scaling it sees an overflow and skips the step
+        precision.scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    # The window's mean loss (one micro-batch: its loss as it is, no extra op).
+    window_loss = weighted_losses[0] if len(weighted_losses) == 1 else sum(weighted_losses)
+    return StepResult(window_loss, grad_norm_before_clip, lr, applied)
