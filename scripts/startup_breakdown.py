@@ -5,9 +5,10 @@
 
 Each process first imports torch and ``torch._dynamo`` (which every ``torch.optim`` optimizer imports
 when it is built), so what is left is runner's and Hydra's own: the time from there to each phase's
-end, on the bench's tiny workload, up to the first training step (nothing is trained). Composition is
-measured here in this process; in a real run a forked child composes while torch is imported
-(``runner.compose_ahead``), so it costs the run's start-up only what it does not overlap.
+end, on the bench's tiny workload, up to the first training step (nothing is trained). Hydra is timed
+from the outside only (through its public ``hydra.main``): its search path, plugin scan, both
+compositions (the first reads ``hydra.mode``; facebookresearch/hydra#3440), run directory, record and
+logging are one phase.
 """
 
 import argparse
@@ -22,46 +23,38 @@ from pathlib import Path
 from bench import runner_command
 
 PHASES = [
-    "import runner.app (Hydra, OmegaConf, the schema)",
-    "import runner.train (runner's modules)",
+    "import runner's command line (Hydra, OmegaConf, the schema)",
+    "import runner's training modules",
     "command-line checks",
-    "Hydra: config search path and plugin scan",
-    "Hydra: compose the config",
-    "Hydra: run directory, .hydra/ record, logging",
-    "runner: validate, build model, data, optimizer, plan, logger",
+    "Hydra's main: search path, plugins, composition (twice), run dir, record, logging",
+    "runner: typed config, build model, data, optimizer, plan, logger",
 ]
 
 CHILD = """
-import functools, json, sys, time
+import json, sys, time
 import torch, torch._dynamo
 start = time.perf_counter()
 ends = {}
 def ended(phase):
     ends[phase] = time.perf_counter() - start
-def before(owner, name, phase):
-    original = getattr(owner, name)
-    @functools.wraps(original)
-    def wrapper(*args, **kwargs):
-        ended(phase)
-        return original(*args, **kwargs)
-    setattr(owner, name, wrapper)
-import runner.app as app
-app.compose_ahead.worthwhile = lambda: False  # torch is already imported: nothing to overlap
+import runner.cli.train as cli_train
 ended(0)
-import runner.train as train
+import runner.experiment.train as train
 ended(1)
-import hydra._internal.hydra as hydra_internal, hydra._internal.utils as hydra_utils
-before(hydra_utils, "create_automatic_config_search_path", 2)
-before(hydra_internal.Hydra, "compose_config", 3)
-before(hydra_internal, "run_job", 4)
-before(train, "train", 5)
+from runner.cli.arguments import CommandLine
+from runner.cli.hydra_app import check_command_line, run_hydra
+command_line = CommandLine.parse(sys.argv[2:])
+check_command_line(command_line)
+ended(2)
+def task(cfg):
+    ended(3)
+    return cli_train.train_task(cfg)
 def fit(*args, **kwargs):
-    ended(6)
+    ended(4)
     print(json.dumps(ends))
     raise SystemExit(0)
-train.fit = fit
-sys.argv = ["runner", *sys.argv[1:]]
-app.main_train(sys.argv[2:])
+train.fit = fit  # runner's own loop, stopped before the first step
+run_hydra(task, command_line)
 """
 
 

@@ -1,12 +1,46 @@
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from runner.cli.hydra_app import CONFIG_DIR
+from runner.config.schema import RunConfig
+from runner.config.typed import typed_config
+from runner.experiment.train import train
+
 REPO = Path(__file__).resolve().parents[1]
+PLUGINS = REPO / "tests" / "plugins"
+torch.set_num_threads(1)  # as the subprocess tests run (OMP_NUM_THREADS=1): two test workers, two cores
+
+
+def composed(*overrides: str) -> RunConfig:
+    """The real config, composed by Hydra's compose API from runner's conf/, typed and checked."""
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        return typed_config(compose("config", overrides=list(overrides)))
+
+
+@pytest.fixture
+def train_here(tmp_path, caplog, monkeypatch):
+    """Train in this process with the real composed config, as ``python -m runner train`` would,
+    into ``tmp_path / "run"`` (or ``run_dir=``); runner's log lines are in ``caplog``. The test
+    plug-ins (``tests/plugins``) are importable."""
+    caplog.set_level(logging.INFO, logger="runner")
+    monkeypatch.syspath_prepend(str(PLUGINS))
+
+    def run(*overrides: str, run_dir: Path | None = None) -> Path:
+        run_dir = run_dir or tmp_path / "run"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        train(composed(*overrides), run_dir, build=instantiate)
+        return run_dir
+
+    return run
 
 
 def run_cli(*arguments: str, cwd: Path, env: dict | None = None, timeout: float = 240):

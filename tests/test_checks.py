@@ -1,7 +1,9 @@
 """The config rules on their own: what is accepted and what the message says."""
 
 import pytest
+from hydra import compose, initialize_config_dir
 
+from runner.cli.hydra_app import CONFIG_DIR
 from runner.config.checks import check_top_level_key, check_value
 from runner.config.errors import ConfigError
 from runner.config.typed import typed_config
@@ -75,3 +77,13 @@ def test_composed_config_is_checked_as_a_whole():
         typed_config(_config(loss=None))
     with pytest.raises(ConfigError, match=r"set checkpoint\.mode=max"):
         typed_config(_config(checkpoint__monitor="val/acc"))
+
+
+def test_the_slurm_launcher_config_is_preemption_safe():
+    """The shipped SLURM example: the preemption signal before the limit, requeues allowed."""
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        overrides = ["hydra/launcher=slurm", "hydra.launcher.partition=gpu"]
+        config = compose("config", overrides, return_hydra_config=True)
+    launcher = config.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher") and launcher.partition == "gpu"
+    assert launcher.signal_delay_s > 0 and launcher.max_num_timeout > 0

@@ -4,6 +4,8 @@ no traceback, and nothing in the run directory beyond Hydra's own files."""
 import pytest
 from conftest import run_cli
 
+pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
+
 HYDRA_OWN = {".hydra", "train.log"}
 
 

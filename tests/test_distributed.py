@@ -7,8 +7,11 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 from conftest import REPO, read_scalars, run_cli
+
+pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
 
 ENV = {
     **os.environ,

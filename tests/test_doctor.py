@@ -129,6 +129,7 @@ def test_healthy_setup_passes_every_check():
     assert [result.number for result in results] == list(range(1, 9))
 
 
+@pytest.mark.slow
 def test_doctor_command_on_the_default_experiment(tmp_path):
     result = run_cli("doctor", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -137,6 +138,7 @@ def test_doctor_command_on_the_default_experiment(tmp_path):
     assert not list(tmp_path.iterdir())  # the doctor writes nothing
 
 
+@pytest.mark.slow
 def test_doctor_command_json_names_the_failing_check(tmp_path):
     plugins = str(REPO / "tests" / "plugins")
     result = run_cli(

@@ -43,6 +43,7 @@ def test_the_event_file_reads_back_with_tensorboards_own_reader(tmp_path):
     assert "_hparams_/session_start_info" in accumulator.PluginTagToContent("hparams")
 
 
+@pytest.mark.slow
 def test_training_imports_no_tensorboard_summary_package():
     """TensorBoard's summary package (absl flags, fsspec, the TensorFlow stub) costs 40-150 ms of
     start-up before the first step; the run writes its events without it."""

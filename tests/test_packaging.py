@@ -4,7 +4,10 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
 from conftest import REPO, run_cli
+
+pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
 
 
 def test_wheel_carries_conf_and_runs_from_elsewhere(tmp_path):

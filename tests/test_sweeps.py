@@ -12,6 +12,8 @@ from conftest import REPO, read_scalars, run_cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
+
 TINY = (
     "data=classification", "data.dataset.num_train=64", "data.dataset.num_val=32", "data.batch_size=16",
     "trainer.max_steps=6", "trainer.val_every_n_steps=2",
@@ -149,17 +151,3 @@ def test_sweeps_started_together_get_their_own_directories(tmp_path):
     assert len(sweeps) == 2
     for directory in sweeps:
         assert len(summary_rows(directory)) == 1
-
-
-def test_the_slurm_launcher_config_is_preemption_safe():
-    """The shipped SLURM example: the preemption signal before the limit, requeues allowed."""
-    from hydra import compose, initialize_config_dir
-
-    import runner.cli.hydra_app  # noqa: F401  (registers the schema and resolvers)
-
-    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-        overrides = ["hydra/launcher=slurm", "hydra.launcher.partition=gpu"]
-        config = compose("config", overrides, return_hydra_config=True)
-    launcher = config.hydra.launcher
-    assert launcher._target_.endswith("SlurmLauncher") and launcher.partition == "gpu"
-    assert launcher.signal_delay_s > 0 and launcher.max_num_timeout > 0

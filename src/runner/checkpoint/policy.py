@@ -44,6 +44,7 @@ class Checkpointer(Protocol):
     def after_epoch(self, state: TrainState) -> None: ...
     def after_validation(self, state: TrainState, improved: bool) -> None: ...
     def save_last(self, state: TrainState) -> Path | None: ...
+    def close(self) -> None: ...
 
 
 class NoCheckpoints:
@@ -61,6 +62,9 @@ class NoCheckpoints:
         pass
 
     def after_validation(self, state: TrainState, improved: bool) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
 
@@ -123,6 +127,13 @@ class PeriodicCheckpointer:
         self._in_flight.append(self._writer.submit(self._write, self._snapshot, path, prune))
         self.save_seconds.append(time.perf_counter() - started)
         return path
+
+    def close(self) -> None:
+        """However the run ends (an error included), the saves already begun are finished."""
+        try:
+            self.wait()
+        finally:
+            self._writer.shutdown()
 
     def wait(self) -> None:
         """Finish the saves in flight; a failed write (a full disk) is raised here."""

@@ -16,10 +16,10 @@ def typed_config(composed: DictConfig | Mapping[str, Any]) -> RunConfig:
     """The schema's dataclasses with every interpolation resolved; the open ``_target_`` groups
     become plain dicts. A config composed without the schema (another primary config) or read back
     from a checkpoint is merged onto it, so an unknown key is named. Checked before it is returned."""
+    for key, value in composed.items():
+        check_top_level_key(str(key), given=f"{key}={show(value)}")
     try:
         if not (isinstance(composed, DictConfig) and OmegaConf.get_type(composed) is RunConfig):
-            for key, value in composed.items():
-                check_top_level_key(str(key), given=f"{key}={show(value)}")
             composed = OmegaConf.merge(OmegaConf.structured(RunConfig), composed)
         config = OmegaConf.to_object(composed)
     except ConfigKeyError as error:
@@ -29,6 +29,11 @@ def typed_config(composed: DictConfig | Mapping[str, Any]) -> RunConfig:
         if type(error).__name__ == "MissingMandatoryValue":
             raise ConfigError(f"{key} has no value; set it in the config or on the command line") from None
         raise ConfigError(f"{key}: {str(error).splitlines()[0]}") from None
+    dropped = sorted(flatten(OmegaConf.to_container(composed)).keys() - flatten(as_dict(config)).keys())
+    if dropped:  # a key added inside a typed section (+trainer.foo=1): the schema has no place for it
+        raise ConfigError(
+            f"{dropped[0]} is not a config key; see python -m runner train --cfg job for the keys"
+        )
     validate_config(config)
     return config
 

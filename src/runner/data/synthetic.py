@@ -1,11 +1,11 @@
-"""Synthetic data sets from the seed's labs: quick to build, sized by config."""
+"""Synthetic data sets from the course experiments: quick to build, sized by config."""
 
 import torch
 from torch.utils.data import TensorDataset
 
 
 def _generator(seed: int | None) -> torch.Generator | None:
-    """``None`` draws from the run's (seeded) global RNG, as the seed's labs do."""
+    """``None`` draws from the run's (seeded) global RNG, as the course experiments do."""
     return None if seed is None else torch.Generator().manual_seed(seed)
 
 
@@ -18,7 +18,7 @@ def make_regression(
     noise: float = 0.1,
     seed: int | None = 0,
 ) -> tuple[TensorDataset, TensorDataset]:
-    """The seed's gradient-clipping lab data: ``x = randn(n, 10)``, ``y = randn(n, 1) * 50``.
+    """The gradient-clipping experiment's data: ``x = randn(n, 10)``, ``y = randn(n, 1) * 50``.
 
     Those targets are pure noise (the lab only needs large gradients). ``learnable=True`` makes
     ``y`` a noisy linear function of ``x`` instead, so a model can actually fit it.

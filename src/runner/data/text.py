@@ -1,6 +1,6 @@
 """A character-level language-modelling data set on a short public-domain text shipped with runner:
 the opening of William Shakespeare's *Coriolanus* (Act I, Scene 1; public domain). Recurrent models on
-text are the seed's example of where gradient clipping matters."""
+text are the classic example of where gradient clipping matters."""
 
 from pathlib import Path
 

@@ -164,7 +164,10 @@ def train(
             last = checkpointer.save_last(state)
         log_final_hparams(logger, state, plain_config, hparam_keys, config.checkpoint.monitor)
     finally:
-        logger.close()
+        try:
+            checkpointer.close()
+        finally:
+            logger.close()
     report_end(state, checkpointer, last, run_dir, process)
     if state.stopped_by_signal is not None:
         stop.exit_for(state.stopped_by_signal)

@@ -1,4 +1,4 @@
-"""Device choice: the seed's habit (cuda, else mps, else cpu), and no silent fallback when a
+"""Device choice: the usual habit (cuda, else mps, else cpu), and no silent fallback when a
 device is asked for explicitly."""
 
 import torch

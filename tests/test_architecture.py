@@ -1,0 +1,118 @@
+"""The walls between runner's parts, read from the package's own imports: a change that crosses one
+fails here, not in a review months later."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "runner"
+# Lower layers never import higher ones; a module may import its own layer (without cycles).
+LAYERS = [
+    {"runner.config"},
+    {"runner.data", "runner.models"},
+    {"runner.training", "runner.checkpoint", "runner.observe"},
+    {"runner.experiment"},
+    {"runner.tools"},
+    {"runner.cli", "runner.__main__"},
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module an import statement names (also inside functions: a late import is still one)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+MODULES = {module_name(path): imports_of(path) for path in PACKAGE.rglob("*.py")}
+
+
+def runner_imports(module: str) -> set[str]:
+    """The runner modules ``module`` imports (``from runner.x import name`` counts as runner.x)."""
+    return {name for name in MODULES[module] if name in MODULES}
+
+
+def within(module: str, *prefixes: str) -> bool:
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes)
+
+
+def layer_of(module: str) -> int:
+    return next(index for index, layer in enumerate(LAYERS) if within(module, *layer) or module == "runner")
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        layer_of(module)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_nothing_imports_upward(module):
+    upward = [name for name in runner_imports(module) if layer_of(name) > layer_of(module)]
+    assert not upward, f"{module} imports {upward} from a higher layer"
+
+
+def test_the_engine_and_the_step_know_neither_hydra_nor_the_command_line():
+    for module in ("runner.training.engine", "runner.training.step"):
+        crossing = [name for name in MODULES[module] if within(name, "hydra", "omegaconf", "runner.cli")]
+        assert not crossing, f"{module} imports {crossing}"
+
+
+def test_checkpoint_observe_and_precision_never_import_the_engine():
+    for module in MODULES:
+        if within(module, "runner.checkpoint", "runner.observe", "runner.training.precision"):
+            crossing = [
+                name
+                for name in MODULES[module]
+                if within(name, "runner.training.engine", "runner.training.step")
+            ]
+            assert not crossing, f"{module} imports {crossing}"
+
+
+def test_only_the_command_line_knows_hydra_and_nothing_imports_it():
+    for module, names in MODULES.items():
+        if within(module, "runner.cli", "runner.__main__"):
+            continue
+        crossing = [name for name in names if within(name, "hydra", "runner.cli")]
+        assert not crossing, f"{module} imports {crossing}"
+
+
+def test_only_hydras_public_api():
+    for path in [*PACKAGE.rglob("*.py"), *PACKAGE.parents[1].joinpath("tests").rglob("*.py")]:
+        private = [name for name in imports_of(path) if "hydra._internal" in name]
+        assert not private, f"{path} imports {private}"
+
+
+def test_no_import_cycles():
+    graph = {module: runner_imports(module) - {module} for module in MODULES}
+    # A package's __init__ is imported with any of its modules; it is not an edge of its own.
+    graph = {
+        module: {name for name in names if not module.startswith(name + ".")}
+        for module, names in graph.items()
+    }
+    visiting, done = [], set()
+
+    def visit(module: str) -> None:
+        if module in done:
+            return
+        assert module not in visiting, "import cycle: " + " -> ".join(
+            [*visiting[visiting.index(module) :], module]
+        )
+        visiting.append(module)
+        for name in sorted(graph[module]):
+            visit(name)
+        visiting.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
