@@ -62,6 +62,16 @@ def main_report(arguments: list[str]) -> None:
     print(f"wrote {directory / 'summary.csv'}, {directory / 'summary.md'}, {directory / 'summary.png'}")
 
 
+def checked(arguments: list[str]) -> CommandLine:
+    """The command line, parsed and checked; a mistake exits with its one-line error."""
+    try:
+        command_line = CommandLine.parse(arguments)
+        check_command_line(command_line)
+    except UserError as error:
+        exit_with(error)
+    return command_line
+
+
 def task_setup(cfg: DictConfig) -> tuple[RunConfig, Any]:
     """The typed config and what train would build from it (for doctor and lr_find); a bad setting
     exits with its one-line error."""
@@ -104,11 +114,7 @@ def doctor_task(cfg: DictConfig, as_json: bool) -> None:
 
 def main_doctor(arguments: list[str]) -> None:
     """``python -m runner doctor [overrides] [--json]``: builds what train would, writes nothing."""
-    try:
-        command_line = CommandLine.parse(arguments)
-        check_command_line(command_line)
-    except UserError as error:
-        exit_with(error)
+    command_line = checked(arguments)
     as_json = command_line.has_flag("--json")
     run_hydra(lambda cfg: doctor_task(cfg, as_json), command_line.without("--json").plus(*WRITE_NOTHING))
 
@@ -140,11 +146,7 @@ def lr_find_task(cfg: DictConfig) -> None:
 
 def main_lr_find(arguments: list[str]) -> None:
     """``python -m runner lr_find [overrides]``: curve and plot under outputs/lr_find/."""
-    try:
-        command_line = CommandLine.parse(arguments)
-        check_command_line(command_line)
-    except UserError as error:
-        exit_with(error)
+    command_line = checked(arguments)
     if command_line.last("hydra.run.dir") is None:
         command_line = command_line.plus(LR_FIND_DIR)
     run_hydra(lr_find_task, command_line.plus("hydra.job.name=lr_find"))

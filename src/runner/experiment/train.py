@@ -98,7 +98,10 @@ def train(
     if found is not None:
         check_resume_compatible(checkpoint["config"], plain_config, found.path)
         check_world_size(checkpoint.get("world_size", 1), process.world_size, found.path)
-    seed = checkpoint["seed"] if checkpoint else draw_seed() if config.seed is None else config.seed
+    if checkpoint is not None:
+        seed = checkpoint["seed"]
+    else:
+        seed = draw_seed() if config.seed is None else config.seed
     prepared = prepare(config, build, seed, process)
     device, precision, parts = prepared.device, prepared.precision, prepared.parts
     model = parts.model
