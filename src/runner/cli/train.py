@@ -6,7 +6,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -20,11 +20,14 @@ from runner.cli.submitit_tasks import submitit_tasks_as_ranks
 from runner.config.errors import ConfigError, UserError
 from runner.config.typed import typed_config
 
+if TYPE_CHECKING:  # importing it loads torch: the run does that only once Hydra has composed
+    from runner.checkpoint.locate import Found
+
 log = logging.getLogger("runner")
 SWEEP_PLUGIN_GROUPS = ("hydra/launcher", "hydra/sweeper", "hparams_search")
 
 
-def with_resume(command_line: CommandLine) -> tuple[CommandLine, Any]:
+def with_resume(command_line: CommandLine) -> tuple[CommandLine, "Found | None"]:
     """The command line that continues the run ``resume=`` names, and its checkpoint, found and
     loaded here once. ``resume=auto`` looks in the run's own directory, once Hydra has made it."""
     request = command_line.last("resume")
@@ -59,7 +62,7 @@ def under_torchrun(command_line: CommandLine) -> CommandLine:
     return for_rank(command_line, run_dir, int(os.environ["RANK"]))
 
 
-def train_task(cfg: DictConfig, found: Any = None) -> float | None:
+def train_task(cfg: DictConfig, found: "Found | None" = None) -> float | None:
     """One run, or one job of a sweep. A failed sweep job records its failure (traceback in its log,
     ``result.json``) and returns NaN, so the other jobs and the sweep's summary still run."""
     from runner.experiment.train import train
