@@ -87,3 +87,27 @@ def test_the_slurm_launcher_config_is_preemption_safe():
     launcher = config.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher") and launcher.partition == "gpu"
     assert launcher.signal_delay_s > 0 and launcher.max_num_timeout > 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["+trainer.foo=1"], "trainer.foo is not a config key"),
+        (["+foo=1"], "foo=1: 'foo' is not a config key"),
+        (["data=base_data"], "data.dataset has no value; set it in the config or on the command line"),
+        (["trainer.max_epochs=null"], "would never stop"),
+    ],
+)
+def test_the_composed_config_is_typed_and_checked_once(overrides, message):
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        composed = compose("config", overrides=overrides)
+    with pytest.raises(ConfigError, match=message):
+        typed_config(composed)
+
+
+def test_typed_config_reads_as_attributes_with_the_open_groups_as_mappings():
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        config = typed_config(compose("config", overrides=["optimizer=sgd", "model.hidden=[8]"]))
+    assert config.trainer.max_epochs == 20 and config.checkpoint.monitor == "val/loss"
+    assert config.optimizer["_target_"] == "torch.optim.SGD" and config.model["hidden"] == [8]
+    assert config.model["input_shape"] == [1, 8, 8]  # interpolations resolved

@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
 from runner.config.checks import check_top_level_key, validate_config
 from runner.config.errors import ConfigError, show
@@ -16,23 +16,26 @@ def typed_config(composed: DictConfig | Mapping[str, Any]) -> RunConfig:
     """The schema's dataclasses with every interpolation resolved; the open ``_target_`` groups
     become plain dicts. A config composed without the schema (another primary config) or read back
     from a checkpoint is merged onto it, so an unknown key is named. Checked before it is returned."""
-    for key, value in composed.items():
+    # Unresolved, so a missing value ("???") is named below rather than raised here.
+    given = OmegaConf.to_container(composed) if isinstance(composed, DictConfig) else dict(composed)
+    for key, value in given.items():
         check_top_level_key(str(key), given=f"{key}={show(value)}")
     try:
         if not (isinstance(composed, DictConfig) and OmegaConf.get_type(composed) is RunConfig):
             composed = OmegaConf.merge(OmegaConf.structured(RunConfig), composed)
         config = OmegaConf.to_object(composed)
+    except MissingMandatoryValue as error:
+        raise ConfigError(
+            f"{error.full_key} has no value; set it in the config or on the command line"
+        ) from None
     except ConfigKeyError as error:
         raise ConfigError(f"{error.full_key or error.key}: not a config key ({error.msg})") from None
     except OmegaConfBaseException as error:
-        key = getattr(error, "full_key", None) or "?"
-        if type(error).__name__ == "MissingMandatoryValue":
-            raise ConfigError(f"{key} has no value; set it in the config or on the command line") from None
-        raise ConfigError(f"{key}: {str(error).splitlines()[0]}") from None
-    dropped = sorted(flatten(OmegaConf.to_container(composed)).keys() - flatten(as_dict(config)).keys())
+        raise ConfigError(f"{error.full_key or '?'}: {str(error).splitlines()[0]}") from None
+    dropped = sorted(flatten(given).keys() - flatten(as_dict(config)).keys())
     if dropped:  # a key added inside a typed section (+trainer.foo=1): the schema has no place for it
         raise ConfigError(
-            f"{dropped[0]} is not a config key; see python -m runner train --cfg job for the keys"
+            f"{dropped[0]} is not a config key; python -m runner train --cfg job lists the keys"
         )
     validate_config(config)
     return config
