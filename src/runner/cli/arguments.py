@@ -20,11 +20,15 @@ CONFIG_NAME_FLAGS = ("-cn", "--config-name")
 
 def parse_overrides(texts: Sequence[str]) -> tuple[Override, ...]:
     """Hydra's own override parser; a syntax error is one line naming the override."""
-    try:
-        return tuple(OverridesParser.create().parse_overrides(list(texts)))
-    except HydraException as error:
-        message = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
-        raise ConfigError(message) from None
+    parser = OverridesParser.create()
+    parsed = []
+    for text in texts:
+        try:
+            parsed += parser.parse_overrides([text])
+        except HydraException as error:
+            reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+            raise ConfigError(f"{text}: not a valid override ({reason})") from None
+    return tuple(parsed)
 
 
 def override_texts(arguments: Sequence[str]) -> list[str]:
