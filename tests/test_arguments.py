@@ -47,3 +47,9 @@ def test_under_torchrun_every_rank_shares_rank_0s_directory_and_only_rank_0_reco
         "hydra.job_logging.handlers.file.filename='${hydra.runtime.output_dir}/train.rank1.log'"
         in sweep.arguments
     )
+
+
+def test_a_resume_keeps_hydras_flags_in_front_of_every_override():
+    command_line = CommandLine.parse(["--cfg", "job", "resume=run"])
+    rewritten = resumed(command_line, "/run/checkpoints/last.pt", "/run", ["clip=0.5"], "STAMP")
+    assert rewritten.arguments[:3] == ("--cfg", "job", "clip=0.5")

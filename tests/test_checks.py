@@ -6,6 +6,7 @@ from hydra import compose, initialize_config_dir
 from runner.cli.hydra_app import CONFIG_DIR
 from runner.config.checks import check_top_level_key, check_value
 from runner.config.errors import ConfigError
+from runner.config.schema import HPARAM_KEYS, resume_policy
 from runner.config.typed import typed_config
 
 
@@ -111,3 +112,34 @@ def test_typed_config_reads_as_attributes_with_the_open_groups_as_mappings():
     assert config.trainer.max_epochs == 20 and config.checkpoint.monitor == "val/loss"
     assert config.optimizer["_target_"] == "torch.optim.SGD" and config.model["hidden"] == [8]
     assert config.model["input_shape"] == [1, 8, 8]  # interpolations resolved
+
+
+def test_the_sweep_callback_keeps_its_old_name():
+    """Primary configs copied from earlier versions name ``runner.sweeps.SweepSummary``."""
+    from hydra.utils import instantiate
+
+    from runner.cli.sweep_summary import SweepSummary
+
+    assert type(instantiate({"_target_": "runner.sweeps.SweepSummary"})) is SweepSummary
+
+
+@pytest.mark.parametrize(
+    ("key", "policy"),
+    [
+        ("optimizer.lr", "same"), ("optimizer.betas", "same"), ("data.batch_size", "same"), ("clip", "same"),
+        ("trainer.max_steps", "may_change"), ("checkpoint.monitor", "may_change"), ("device", "may_change"),
+        ("data.num_workers", "may_change"), ("resume", "may_change"),
+        ("model.hidden", "weights"), ("model._target_", "weights"),
+    ],
+)  # fmt: skip
+def test_what_a_resume_may_change_is_declared_in_the_schema(key, policy):
+    """ "weights": the model's settings are judged by whether the saved weights fit the model."""
+    assert resume_policy(key) == policy
+
+
+def test_the_hparams_are_declared_in_the_schema():
+    assert set(HPARAM_KEYS) == {
+        "optimizer._target_", "optimizer.lr", "optimizer.weight_decay", "data.batch_size", "accumulate",
+        "clip",
+        "precision", "seed", "model._target_",
+    }  # fmt: skip

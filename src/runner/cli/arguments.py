@@ -80,11 +80,15 @@ class CommandLine:
         return CommandLine(tuple(a for a in self.arguments if a not in drop), tuple(kept))
 
     def plus(self, *texts: str, first: bool = False) -> "CommandLine":
-        """With more overrides, after the given ones (or before them: those given then win)."""
+        """With more overrides, after the given ones (or before them: those given then win). Hydra's
+        flags stay in front of every override, where its argument parser wants them."""
         added = parse_overrides(texts)
-        if first:
-            return CommandLine((*texts, *self.arguments), (*added, *self.overrides))
-        return CommandLine((*self.arguments, *texts), (*self.overrides, *added))
+        if not first:
+            return CommandLine((*self.arguments, *texts), (*self.overrides, *added))
+        given = {override.input_line for override in self.overrides}
+        flags = [argument for argument in self.arguments if argument not in given]
+        overrides = [argument for argument in self.arguments if argument in given]
+        return CommandLine((*flags, *texts, *overrides), (*added, *self.overrides))
 
 
 def value_text(override: Override) -> str:

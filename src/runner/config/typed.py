@@ -29,7 +29,9 @@ def typed_config(composed: DictConfig | Mapping[str, Any]) -> RunConfig:
             f"{error.full_key} has no value; set it in the config or on the command line"
         ) from None
     except ConfigKeyError as error:
-        raise ConfigError(f"{error.full_key or error.key}: not a config key ({error.msg})") from None
+        raise ConfigError(
+            f"{error.full_key or error.key} is not a config key ({error.msg.splitlines()[0]})"
+        ) from None
     except OmegaConfBaseException as error:
         raise ConfigError(f"{error.full_key or '?'}: {str(error).splitlines()[0]}") from None
     dropped = sorted(flatten(given).keys() - flatten(as_dict(config)).keys())

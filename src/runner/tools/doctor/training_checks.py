@@ -141,7 +141,7 @@ def check_validation(probe: Probe) -> Finding:
 def check_overfit(probe: Probe, steps: int = 100) -> Finding:
     """The run's own training step (loss scaling and clipping as configured), on one batch."""
     setup = probe.setup
-    if probe.loss is None or not probe.loss.requires_grad:
+    if probe.loss is not None and not probe.loss.requires_grad:
         return Finding(SKIP, "the loss has no gradient; see checks 5 and 6")
     model = copy.deepcopy(setup.model)
     model.train()
