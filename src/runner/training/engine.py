@@ -186,7 +186,7 @@ def fit(
                 )
             state.step += 1
             state.batches_done_in_epoch += len(window)
-            samples_since_log += sum(len(targets) for _, targets in window)
+            samples_since_log += result.samples
 
             if state.step % settings.log_every_n_steps == 0 or state.step == total_steps:
                 scalars = step_scalars(result, state, learner, settings)

@@ -41,6 +41,7 @@ class StepResult:
     grad_norm_before_clip: torch.Tensor
     lr: float  # the rate this update used (group 0)
     applied: bool  # False: a non-finite gradient, the update was skipped
+    samples: int  # in the window
 
 
 def accumulation_windows(batches: Iterable, micro_batches_per_step: int) -> Iterator[list]:
@@ -108,4 +109,4 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
     # The window's mean loss (one micro-batch: its loss as it is, no extra op).
     window_loss = weighted_losses[0] if len(weighted_losses) == 1 else sum(weighted_losses)
-    return StepResult(window_loss, grad_norm_before_clip, lr, applied)
+    return StepResult(window_loss, grad_norm_before_clip, lr, applied, window_samples)
