@@ -53,3 +53,9 @@ def test_a_resume_keeps_hydras_flags_in_front_of_every_override():
     command_line = CommandLine.parse(["--cfg", "job", "resume=run"])
     rewritten = resumed(command_line, "/run/checkpoints/last.pt", "/run", ["clip=0.5"], "STAMP")
     assert rewritten.arguments[:3] == ("--cfg", "job", "clip=0.5")
+
+
+def test_added_overrides_never_land_on_both_sides_of_a_flag():
+    """Hydra's argument parser refuses overrides after a flag that follows other overrides."""
+    rewritten = CommandLine.parse(["seed=0,1", "-m"]).plus("hydra.sweep.dir=/sweeps/y")
+    assert rewritten.arguments == ("-m", "seed=0,1", "hydra.sweep.dir=/sweeps/y")

@@ -81,14 +81,14 @@ class CommandLine:
 
     def plus(self, *texts: str, first: bool = False) -> "CommandLine":
         """With more overrides, after the given ones (or before them: those given then win). Hydra's
-        flags stay in front of every override, where its argument parser wants them."""
+        flags go in front of every override, where its argument parser wants them."""
         added = parse_overrides(texts)
-        if not first:
-            return CommandLine((*self.arguments, *texts), (*self.overrides, *added))
         given = {override.input_line for override in self.overrides}
         flags = [argument for argument in self.arguments if argument not in given]
         overrides = [argument for argument in self.arguments if argument in given]
-        return CommandLine((*flags, *texts, *overrides), (*added, *self.overrides))
+        if first:
+            return CommandLine((*flags, *texts, *overrides), (*added, *self.overrides))
+        return CommandLine((*flags, *overrides, *texts), (*self.overrides, *added))
 
 
 def value_text(override: Override) -> str:
