@@ -6,12 +6,10 @@ A checkpoint is a plain dict that ``torch.load(path, weights_only=True)`` reads 
 
 import os
 import pickle
-import random
 import zipfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from runner.config.errors import UserError
@@ -22,36 +20,6 @@ FORMAT_VERSION = 1
 
 class CheckpointError(UserError):
     """A checkpoint that cannot be used; the message names the file and what to do."""
-
-
-def rng_states() -> dict[str, Any]:
-    """Every global random state, as plain lists and tensors (safe-loadable)."""
-    numpy_name, numpy_keys, numpy_pos, has_gauss, cached_gaussian = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        "numpy": {
-            "name": numpy_name,
-            "keys": numpy_keys.tolist(),
-            "pos": int(numpy_pos),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached_gaussian),
-        },
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def restore_rng_states(states: dict[str, Any]) -> None:
-    version, internal, gauss = states["python"]
-    random.setstate((version, tuple(internal), gauss))
-    numpy = states["numpy"]
-    np.random.set_state(
-        (numpy["name"], np.array(numpy["keys"], dtype=np.uint32), numpy["pos"],
-         numpy["has_gauss"], numpy["cached_gaussian"])
-    )  # fmt: skip
-    torch.set_rng_state(states["torch"])
-    if states["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 def atomic_save(payload: dict[str, Any], path: Path) -> None:

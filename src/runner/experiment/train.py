@@ -16,8 +16,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 import runner
-from runner.checkpoint.contents import Stateful, checkpoint_payload
-from runner.checkpoint.files import CHECKPOINT_DIR, restore_rng_states
+from runner.checkpoint.contents import Stateful, checkpoint_payload, restore_rng_states
+from runner.checkpoint.files import CHECKPOINT_DIR
 from runner.checkpoint.locate import Found, locate_checkpoint, own_checkpoint
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints, PeriodicCheckpointer
 from runner.config.errors import show
