@@ -1,7 +1,6 @@
 """The commands besides ``train``: ``eval``, ``report``, ``doctor`` and ``lr_find``."""
 
 import logging
-import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -76,10 +75,11 @@ def task_setup(cfg: DictConfig) -> tuple[RunConfig, Any]:
     """The typed config and what train would build from it (for doctor and lr_find); a bad setting
     exits with its one-line error."""
     from runner.experiment.setup import prepare
+    from runner.training.seeding import draw_seed
 
     try:
         config = typed_config(cfg)
-        seed = config.seed if config.seed is not None else secrets.randbelow(2**32)
+        seed = config.seed if config.seed is not None else draw_seed()
         return config, prepare(config, hydra.utils.instantiate, seed)
     except UserError as error:
         exit_with(error)

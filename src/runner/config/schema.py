@@ -13,6 +13,7 @@ from runner.config.settings import (
     Setting,
     declared_settings,
     int_at_least,
+    is_int,
     number_above,
     one_of,
     setting,
@@ -91,7 +92,7 @@ class RunConfig:
         0,
         rule=Rule(
             "an integer in [0, 2**32), or null (draw one and record it)",
-            lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32),
+            lambda v: v is None or (is_int(v) and 0 <= v < 2**32),
         ),
         hparam=True,
     )

@@ -60,7 +60,7 @@ def declared_settings(schema: type, prefix: str = "") -> dict[str, Setting]:
     return found
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -70,7 +70,7 @@ def _is_number(value: Any) -> bool:
 
 def int_at_least(minimum: int, nullable: bool = False, null_means: str = "") -> Rule:
     allowed = f"an integer >= {minimum}" + (f", or null ({null_means})" if nullable else "")
-    return Rule(allowed, lambda v: (nullable and v is None) or (_is_int(v) and v >= minimum))
+    return Rule(allowed, lambda v: (nullable and v is None) or (is_int(v) and v >= minimum))
 
 
 def number_above(minimum: float, inclusive: bool, nullable: bool = False, null_means: str = "") -> Rule:
