@@ -141,5 +141,5 @@ def test_the_hparams_are_declared_in_the_schema():
     assert set(HPARAM_KEYS) == {
         "optimizer._target_", "optimizer.lr", "optimizer.weight_decay", "data.batch_size", "accumulate",
         "clip",
-        "precision", "seed", "model._target_",
+        "precision", "seed", "model._target_", "optimizer.no_decay",
     }  # fmt: skip

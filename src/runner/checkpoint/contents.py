@@ -2,8 +2,8 @@
 ``epoch``, ``best_val``) plus everything an exact resume needs, and how it is put back."""
 
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,14 +56,23 @@ class Stateful:
     optimizer: torch.optim.Optimizer
     scheduler: Any  # an LRScheduler, or anything with state_dict/load_state_dict
     scaler: torch.amp.GradScaler
+    # More objects with state_dict/load_state_dict, saved as <name>_state_dict: "callbacks", "dataset"
+    # (a stream that keeps its own position).
+    others: Mapping[str, Any] = field(default_factory=dict)
+    # The weights eval should use when they are not the model's own (an EMA's averages), or None.
+    averaged_weights: Callable[[], Mapping[str, torch.Tensor] | None] = lambda: None
 
     def state_dicts(self) -> dict[str, Any]:
-        return {
+        states = {
             "model_state_dict": self.model.state_dict(),
             "optimizer_state_dict": self.optimizer.state_dict(),
             "scheduler_state_dict": self.scheduler.state_dict(),
             "scaler_state_dict": self.scaler.state_dict(),
+            **{f"{name}_state_dict": item.state_dict() for name, item in self.others.items()},
         }
+        if (averaged := self.averaged_weights()) is not None:
+            states["averaged_model_state_dict"] = averaged
+        return states
 
     def load_state_dicts(self, checkpoint: Mapping[str, Any], path: Path) -> None:
         """Strictly: a model or optimizer that does not fit is named, not half-loaded."""
@@ -76,6 +85,9 @@ class Stateful:
         self.scheduler.load_state_dict(checkpoint["scheduler_state_dict"])
         if checkpoint["scaler_state_dict"]:
             self.scaler.load_state_dict(checkpoint["scaler_state_dict"])
+        for name, item in self.others.items():
+            if f"{name}_state_dict" in checkpoint:
+                item.load_state_dict(checkpoint[f"{name}_state_dict"])
 
 
 def checkpoint_payload(

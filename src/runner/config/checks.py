@@ -61,6 +61,32 @@ def validate_config(config: RunConfig) -> None:
             "checkpoint.mode=min with checkpoint.monitor=val/acc would keep the least accurate "
             "model; set checkpoint.mode=max"
         )
+    for section in ("metrics", "callbacks"):
+        for name, spec in getattr(config, section).items():
+            if not has_target(spec):
+                raise ConfigError(
+                    f"{section}.{name}={show(spec)} has no _target_; each entry of {section} must be a "
+                    f"config with a _target_ (pick them with {section}=[NAME,...])"
+                )
+    if config.data.collate_fn is not None and not has_target(config.data.collate_fn):
+        raise ConfigError(
+            f"data.collate_fn={show(config.data.collate_fn)} has no _target_; set data.collate_fn._target_ "
+            "to a class building a collator (or a function, with _partial_: true), or null"
+        )
+    check_scheduler(config.scheduler)
+    logged = ["val/loss", *(f"val/{name}" for name in config.metrics)]
+    monitors = {
+        "checkpoint.monitor": config.checkpoint.monitor,
+        "scheduler.monitor": config.scheduler.get("monitor"),
+    }
+    monitors |= {f"callbacks.{name}.monitor": spec.get("monitor") for name, spec in config.callbacks.items()}
+    for key, monitor in monitors.items():
+        if monitor is not None and monitor not in logged:
+            raise ConfigError(
+                f"{key}={monitor} is not logged by this run; it logs {', '.join(logged)} "
+                "(add a metric with metrics=[...] or +metrics.NAME._target_=...)"
+            )
+
     for section in ("model", "optimizer", "loss"):
         if not has_target(getattr(config, section)):
             raise ConfigError(
@@ -70,5 +96,22 @@ def validate_config(config: RunConfig) -> None:
     if not has_target(config.data.dataset):
         raise ConfigError(
             "data.dataset._target_ is not set; data.dataset must have a _target_ returning "
-            "(train_dataset, val_dataset)"
+            "(train, val) or (train, val, test) data sets"
         )
+
+
+def check_scheduler(scheduler: Mapping[str, Any]) -> None:
+    if has_target(scheduler) and "name" in scheduler:
+        raise ConfigError(
+            f"scheduler has both name={scheduler['name']} and _target_={scheduler['_target_']}; "
+            "use one: a named schedule (scheduler=none|cosine|step) or a _target_ scheduler"
+        )
+    if not has_target(scheduler):
+        if "name" not in scheduler:
+            raise ConfigError("scheduler has neither name nor _target_; pick one with scheduler=NAME")
+        if scheduler.get("interval", "step") != "step" or scheduler.get("monitor") is not None:
+            raise ConfigError(
+                f"scheduler.name={scheduler['name']} steps once per optimizer step; scheduler.interval "
+                "and scheduler.monitor apply to _target_ schedulers (scheduler=plateau, or "
+                "scheduler._target_=...)"
+            )

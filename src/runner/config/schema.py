@@ -21,7 +21,12 @@ from runner.config.settings import (
 
 DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 PRECISIONS = ("fp32", "amp", "bf16")
-MONITORS = ("val/loss", "val/acc")
+# A validation metric: val/loss, or val/<name> of a configured metric (checked against them before a run).
+MONITOR = Rule(
+    "a validation metric: val/loss or val/<name> of a metric",
+    lambda v: isinstance(v, str) and v.startswith("val/") and len(v) > 4,
+)
+NAMED_SCHEDULES = ("none", "cosine", "step")
 
 
 @dataclass
@@ -43,23 +48,23 @@ class TrainerConfig:
 
 @dataclass
 class DataConfig:
-    # Any callable returning (train_dataset, val_dataset) of map-style datasets of (input, target).
+    # Any callable returning (train, val) or (train, val, test) data sets: map-style, or a stream
+    # (IterableDataset, with trainer.max_steps), yielding batches of any structure (training/batches.py).
     dataset: Any = setting()
     # Shape of one input and number of model outputs; model configs interpolate them.
     input_shape: list[int] = setting()
     num_outputs: int = setting()
     batch_size: int = setting(32, rule=int_at_least(1), hparam=True)
+    val_batch_size: int | None = setting(
+        None, rule=int_at_least(1, nullable=True, null_means="data.batch_size"), resume="may_change"
+    )
     shuffle: bool = setting(True, rule=BOOLEAN)
+    drop_last: bool = setting(False, rule=BOOLEAN)
     num_workers: int = setting(0, rule=int_at_least(0), resume="may_change")
-
-
-@dataclass
-class SchedulerConfig:
-    name: str = setting("none", rule=one_of("none", "cosine", "step"))
-    warmup_steps: int = setting(0, rule=int_at_least(0))
-    min_lr: float = setting(0.0, rule=number_above(0, inclusive=True))
-    step_size: int = setting(100, rule=int_at_least(1))
-    gamma: float = setting(0.1, rule=number_above(0, inclusive=False))
+    # A _target_ building the DataLoader's collate_fn (a padding collator); null: torch's default.
+    collate_fn: Any = setting(None)
+    # Where a dict batch holds its targets, for the loss and the metrics.
+    target_key: str = setting("labels", rule=Rule("a key name", lambda v: isinstance(v, str) and v != ""))
 
 
 @dataclass
@@ -73,7 +78,7 @@ class CheckpointConfig:
     )
     keep_last: int = setting(2, rule=int_at_least(1), resume="may_change")
     # Also what the run returns to sweepers: the best value of this metric.
-    monitor: str = setting("val/loss", rule=one_of(*MONITORS), resume="may_change")
+    monitor: str = setting("val/loss", rule=MONITOR, resume="may_change")
     mode: str = setting("min", rule=one_of("min", "max"), resume="may_change")
     save_best: bool = setting(True, rule=BOOLEAN, resume="may_change")
 
@@ -118,10 +123,36 @@ class RunConfig:
             "lr": Setting(number_above(0, inclusive=True), hparam=True),
             "weight_decay": Setting(number_above(0, inclusive=True), hparam=True),
             "momentum": Setting(number_above(0, inclusive=True)),
+            # Parameters with no weight decay: names containing one of these; "norm" also takes
+            # every normalisation layer's parameters, by type.
+            "no_decay": Setting(
+                Rule(
+                    "a list of name parts",
+                    lambda v: isinstance(v, list | tuple) and all(isinstance(x, str) for x in v),
+                ),
+                hparam=True,
+            ),
         }
     )
-    scheduler: SchedulerConfig = setting(SchedulerConfig)
+    # A named schedule (name: none, cosine or step, stepped per optimizer step, with warmup_steps), or
+    # any _target_ scheduler (its other keys are its arguments; ${total_steps} and ${steps_per_epoch}
+    # stand for the run's planned values), stepped per interval, or after each validation on monitor.
+    scheduler: Any = setting(
+        keys={
+            "name": Setting(one_of(*NAMED_SCHEDULES)),
+            "warmup_steps": Setting(int_at_least(0)),
+            "min_lr": Setting(number_above(0, inclusive=True)),
+            "step_size": Setting(int_at_least(1)),
+            "gamma": Setting(number_above(0, inclusive=False)),
+            "interval": Setting(one_of("step", "epoch")),
+            "monitor": Setting(MONITOR),
+        }
+    )
     loss: Any = setting()
+    # name -> a _target_ metric (torchmetrics' protocol), logged as val/<name>.
+    metrics: dict[str, Any] = setting({}, resume="may_change")
+    # name -> a _target_ callback (training/callbacks.py); its state is saved in checkpoints.
+    callbacks: dict[str, Any] = setting({}, resume="may_change")
     checkpoint: CheckpointConfig = setting(CheckpointConfig)
     # A checkpoint file, a run directory, "latest" (newest valid checkpoint under outputs/), or "auto"
     # (this run directory's own newest checkpoint, if any: for jobs a scheduler reruns in place).

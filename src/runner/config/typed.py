@@ -1,5 +1,6 @@
 """The composed config as typed objects, made once: the rest of runner reads attributes."""
 
+import copy
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -23,7 +24,7 @@ def typed_config(composed: DictConfig | Mapping[str, Any]) -> RunConfig:
     try:
         if not (isinstance(composed, DictConfig) and OmegaConf.get_type(composed) is RunConfig):
             composed = OmegaConf.merge(OmegaConf.structured(RunConfig), composed)
-        config = OmegaConf.to_object(composed)
+        config = OmegaConf.to_object(keep_planned_values(composed))
     except MissingMandatoryValue as error:
         raise ConfigError(
             f"{error.full_key} has no value; set it in the config or on the command line"
@@ -41,6 +42,30 @@ def typed_config(composed: DictConfig | Mapping[str, Any]) -> RunConfig:
         )
     validate_config(config)
     return config
+
+
+# Known only once the data is built: a scheduler's ${total_steps} and ${steps_per_epoch} stay as written
+# here and are filled in when the scheduler is built (training/schedules.py).
+PLANNED_VALUES = ("total_steps", "steps_per_epoch")
+
+
+def keep_planned_values(composed: DictConfig) -> DictConfig:
+    """A copy whose scheduler values naming a planned value are escaped, so resolving keeps them."""
+    scheduler = composed.get("scheduler")
+    if not isinstance(scheduler, DictConfig):
+        return composed
+    raw = flatten(OmegaConf.to_container(scheduler, resolve=False))
+    planned = {
+        key: value
+        for key, value in raw.items()
+        if isinstance(value, str) and any("${" + name + "}" in value for name in PLANNED_VALUES)
+    }
+    if not planned:
+        return composed
+    composed = copy.deepcopy(composed)
+    for key, value in planned.items():
+        OmegaConf.update(composed, f"scheduler.{key}", value.replace("${", "\\${"), merge=False)
+    return composed
 
 
 def as_dict(config: RunConfig) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """DataLoaders built by the engine's side, so it controls batching, order, seeding and sharding."""
 
+import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 
 class EpochSampler(Sampler[int]):
@@ -49,6 +51,30 @@ class EpochSampler(Sampler[int]):
         return self.samples_per_rank - self.skip_samples
 
 
+def is_stream(dataset: Any) -> bool:
+    """An ``IterableDataset``: no length, no sampler; training runs to ``trainer.max_steps``."""
+    return isinstance(dataset, IterableDataset)
+
+
+def make_loader(
+    dataset: Dataset,
+    batch_size: int,
+    seed: int,
+    pin_memory: bool,
+    num_workers: int = 0,
+    sampler: EpochSampler | None = None,
+    drop_last: bool = False,
+    collate_fn: Callable | None = None,
+) -> DataLoader:
+    """A loader with its own generator: starting it draws nothing from the global random state (the
+    workers' base seed comes from the generator), so validating never changes the training."""
+    return DataLoader(
+        dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
+        persistent_workers=num_workers > 0, drop_last=drop_last, collate_fn=collate_fn,
+        generator=torch.Generator().manual_seed(seed),
+    )  # fmt: skip
+
+
 def make_loaders(
     train_set: Dataset,
     val_set: Dataset,
@@ -59,18 +85,40 @@ def make_loaders(
     pin_memory: bool,
     rank: int = 0,
     world_size: int = 1,
-) -> tuple[DataLoader, DataLoader, EpochSampler]:
-    """Train and validation loaders; the train sampler is returned to be stepped per epoch."""
-    train_sampler = EpochSampler(len(train_set), shuffle, seed, rank, world_size)
-    val_sampler = EpochSampler(len(val_set), False, seed, rank, world_size)
-    common = {
-        "batch_size": batch_size,
-        "num_workers": num_workers,
-        "pin_memory": pin_memory,
-        "persistent_workers": num_workers > 0,
-    }
-    # The generator seeds the workers' random, numpy and torch states.
-    worker_seeds = torch.Generator().manual_seed(seed)
-    train_loader = DataLoader(train_set, sampler=train_sampler, generator=worker_seeds, **common)
-    val_loader = DataLoader(val_set, sampler=val_sampler, **common)
+    val_batch_size: int | None = None,
+    drop_last: bool = False,
+    collate_fn: Callable | None = None,
+) -> tuple[DataLoader, DataLoader, EpochSampler | None]:
+    """Train and validation loaders; the train sampler (``None`` for a stream) is returned to be
+    stepped per epoch. Validation never drops a batch."""
+    train_sampler = (
+        None if is_stream(train_set) else EpochSampler(len(train_set), shuffle, seed, rank, world_size)
+    )
+    val_sampler = None if is_stream(val_set) else EpochSampler(len(val_set), False, seed, rank, world_size)
+    common = {"seed": seed, "pin_memory": pin_memory, "num_workers": num_workers, "collate_fn": collate_fn}
+    train_loader = make_loader(train_set, batch_size, sampler=train_sampler, drop_last=drop_last, **common)
+    val_loader = make_loader(val_set, val_batch_size or batch_size, sampler=val_sampler, **common)
     return train_loader, val_loader, train_sampler
+
+
+def batches_per_epoch(loader: DataLoader, sampler: EpochSampler | None) -> int | None:
+    """Micro-batches in one whole epoch of this rank; ``None`` for a stream (unknown until it ends)."""
+    if sampler is None:
+        return None
+    if loader.drop_last:
+        return sampler.samples_per_rank // loader.batch_size
+    return math.ceil(sampler.samples_per_rank / loader.batch_size)
+
+
+def epoch_batches(
+    loader: DataLoader, sampler: EpochSampler | None, epoch: int, skip_batches: int
+) -> Iterator[Any]:
+    """The epoch's batches from ``skip_batches`` on. A map-style set starts its order there; a
+    stream is read from its start and the skipped batches discarded (a stream with a ``set_epoch``
+    method is told the epoch first)."""
+    if sampler is not None:
+        sampler.set_epoch(epoch, skip_samples=skip_batches * loader.batch_size)
+        return iter(loader)
+    if hasattr(loader.dataset, "set_epoch"):
+        loader.dataset.set_epoch(epoch)
+    return itertools.islice(iter(loader), skip_batches, None)

@@ -5,7 +5,7 @@ Hydra-free: ``_target_`` configs become objects through the ``build`` function h
 ``instantiate`` from the command line), so a run can also be set up from plain Python.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from runner.data.loading import EpochSampler, make_loaders
 from runner.training.device import resolve_device
 from runner.training.distributed import ProcessInfo
 from runner.training.precision import Precision, resolve_precision
+from runner.training.schedules import Schedule, build_scheduler, fill_planned
 from runner.training.seeding import seed_everything
 
 Build = Callable[..., Any]
@@ -43,8 +44,73 @@ def build_component(build: Build, key: str, spec: Mapping[str, Any], *args: Any)
         ) from None
 
 
+NORM_LAYERS = (
+    torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm,
+    torch.nn.InstanceNorm1d, torch.nn.InstanceNorm2d, torch.nn.InstanceNorm3d,
+    torch.nn.GroupNorm, torch.nn.LayerNorm, torch.nn.RMSNorm,
+)  # fmt: skip
+
+
+def is_norm_layer(module: torch.nn.Module) -> bool:
+    """torch's normalisation layers, and a model's own (``LlamaRMSNorm``, ``T5LayerNorm``) by name."""
+    return isinstance(module, NORM_LAYERS) or "Norm" in type(module).__name__
+
+
+def parameter_groups(model: torch.nn.Module, no_decay: Sequence[str]) -> list[dict[str, Any]]:
+    """``decay`` and ``no_decay`` groups: a parameter whose name contains one of ``no_decay`` (``bias``)
+    has no weight decay; with ``norm`` in it, so has every parameter of a normalisation layer. Only
+    trainable parameters; an empty group is left out."""
+    in_norm_layers = set()
+    if "norm" in no_decay:
+        for module in model.modules():
+            if is_norm_layer(module):
+                in_norm_layers.update(id(p) for p in module.parameters(recurse=False))
+    decay, exempt = [], []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        if id(parameter) in in_norm_layers or any(part in name for part in no_decay):
+            exempt.append(parameter)
+        else:
+            decay.append(parameter)
+    groups = [{"name": "decay", "params": decay}, {"name": "no_decay", "params": exempt, "weight_decay": 0.0}]
+    return [group for group in groups if group["params"]]
+
+
 def build_optimizer(build: Build, config: RunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
-    return build_component(build, "optimizer", config.optimizer, model.parameters())
+    """``optimizer.no_decay`` makes two parameter groups; without it the optimizer gets every
+    parameter, as the template does."""
+    spec = dict(config.optimizer)
+    no_decay = spec.pop("no_decay", None)
+    if not no_decay:
+        return build_component(build, "optimizer", spec, model.parameters())
+    return build_component(build, "optimizer", spec, parameter_groups(model, no_decay))
+
+
+def build_named(build: Build, section: str, specs: Mapping[str, Any]) -> dict[str, Any]:
+    """``metrics`` and ``callbacks``: each entry a ``_target_`` object, by name."""
+    return {name: build_component(build, f"{section}.{name}", spec) for name, spec in specs.items()}
+
+
+def build_schedule(
+    build: Build, spec: Mapping[str, Any], optimizer: torch.optim.Optimizer, total_steps: int,
+    steps_per_epoch: int | None,
+) -> Schedule:  # fmt: skip
+    """A named schedule, or any ``_target_`` scheduler built with the optimizer and its other keys
+    (``${total_steps}`` and ``${steps_per_epoch}`` filled in). ``ReduceLROnPlateau`` steps on
+    ``monitor`` after each validation."""
+    if "_target_" not in spec:
+        named = {
+            key: spec[key] for key in ("name", "warmup_steps", "min_lr", "step_size", "gamma") if key in spec
+        }
+        defaults = {"warmup_steps": 0, "min_lr": 0.0, "step_size": 100, "gamma": 0.1}
+        return Schedule(build_scheduler(optimizer, total_steps=total_steps, **{**defaults, **named}))
+    arguments = {key: value for key, value in spec.items() if key not in ("interval", "monitor")}
+    arguments = fill_planned(arguments, {"total_steps": total_steps, "steps_per_epoch": steps_per_epoch})
+    scheduler = build_component(build, "scheduler", arguments, optimizer)
+    on_plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    monitor = spec.get("monitor", "val/loss") if on_plateau else spec.get("monitor")
+    return Schedule(scheduler, spec.get("interval", "step"), monitor)
 
 
 @dataclass
@@ -53,6 +119,7 @@ class Components:
     train_set: Any
     val_set: Any
     loss_fn: Callable
+    test_set: Any = None
 
 
 def build_model_and_data(config: RunConfig, build: Build, device: torch.device) -> Components:
@@ -63,13 +130,14 @@ def build_model_and_data(config: RunConfig, build: Build, device: torch.device) 
             f"model._target_={config.model['_target_']} built a {type(model).__name__}, not a torch.nn.Module"
         )
     datasets = build_component(build, "data.dataset", config.data.dataset)
-    if not (isinstance(datasets, tuple | list) and len(datasets) == 2):
+    if not (isinstance(datasets, tuple | list) and len(datasets) in (2, 3)):
         raise ConfigError(
-            f"data.dataset._target_={config.data.dataset['_target_']} must return "
-            "(train_dataset, val_dataset)"
+            f"data.dataset._target_={config.data.dataset['_target_']} returned {type(datasets).__name__}; "
+            "it must return (train, val) or (train, val, test) data sets"
         )
     loss_fn = build_component(build, "loss", config.loss)
-    return Components(model.to(device), datasets[0], datasets[1], loss_fn)
+    test_set = datasets[2] if len(datasets) == 3 else None
+    return Components(model.to(device), datasets[0], datasets[1], loss_fn, test_set)
 
 
 @dataclass
@@ -94,8 +162,23 @@ def prepare(config: RunConfig, build: Build, seed: int, process: ProcessInfo | N
     precision = resolve_precision(config.precision, device)
     parts = build_model_and_data(config, build, device)
     data = config.data
+    collate_fn = build_collate_fn(build, config)
     train_loader, val_loader, train_sampler = make_loaders(
         parts.train_set, parts.val_set, data.batch_size, data.shuffle, data.num_workers, seed,
         pin_memory=device.type == "cuda", rank=process.rank, world_size=process.world_size,
+        val_batch_size=data.val_batch_size, drop_last=data.drop_last, collate_fn=collate_fn,
     )  # fmt: skip
     return Prepared(device, precision, parts, train_loader, val_loader, train_sampler)
+
+
+def build_collate_fn(build: Build, config: RunConfig) -> Callable | None:
+    if config.data.collate_fn is None:
+        return None
+    collate_fn = build_component(build, "data.collate_fn", config.data.collate_fn)
+    if not callable(collate_fn):
+        raise ConfigError(
+            f"data.collate_fn._target_={config.data.collate_fn['_target_']} built a "
+            f"{type(collate_fn).__name__}, which cannot be called; point it at a collator class, or at "
+            "a function with _partial_: true"
+        )
+    return collate_fn

@@ -23,14 +23,15 @@ from runner.checkpoint.policy import Checkpointer, NoCheckpoints, PeriodicCheckp
 from runner.config.errors import show
 from runner.config.schema import HPARAM_KEYS, RunConfig
 from runner.config.typed import as_dict, flatten
+from runner.data.loading import batches_per_epoch
 from runner.experiment.resume import check_resume_compatible, check_world_size
-from runner.experiment.setup import Build, build_optimizer, prepare
+from runner.experiment.setup import Build, build_named, build_optimizer, build_schedule, prepare
 from runner.observe.records import record_split, write_run_record
 from runner.observe.runplan import run_plan
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
+from runner.training.callbacks import Callbacks
 from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job
 from runner.training.engine import Hooks, Loaders, LoopSettings, fit, planned_steps
-from runner.training.schedules import build_scheduler
 from runner.training.seeding import draw_seed
 from runner.training.signals import GracefulStop
 from runner.training.speed import apply_speed_settings
@@ -40,7 +41,7 @@ from runner.training.step import Learner
 log = logging.getLogger("runner")
 
 
-def loop_settings(config: RunConfig) -> LoopSettings:
+def loop_settings(config: RunConfig, metrics: dict[str, Any] | None = None) -> LoopSettings:
     trainer = config.trainer
     return LoopSettings(
         max_steps=trainer.max_steps,
@@ -54,6 +55,7 @@ def loop_settings(config: RunConfig) -> LoopSettings:
         monitor_mode=config.checkpoint.mode,
         on_nonfinite=config.on_nonfinite,
         max_nonfinite_in_a_row=config.max_nonfinite_in_a_row,
+        metrics=metrics if metrics is not None else {},
     )
 
 
@@ -115,12 +117,26 @@ def train(
         skip_grad_sync = ddp.no_sync
     optimizer = build_optimizer(build, config, model)
     learner = Learner(
-        forward_model, parts.loss_fn, optimizer, precision, device, speed.channels_last, skip_grad_sync
+        forward_model, parts.loss_fn, optimizer, precision, device, speed.channels_last, skip_grad_sync,
+        target_key=config.data.target_key, plain_model=model,
+    )  # fmt: skip
+    settings = loop_settings(config, build_named(build, "metrics", config.metrics))
+    callbacks = Callbacks(build_named(build, "callbacks", config.callbacks))
+    micro_batches_per_epoch = batches_per_epoch(prepared.train_loader, prepared.train_sampler)
+    total_steps = planned_steps(settings, micro_batches_per_epoch)
+    steps_per_epoch = (
+        None if micro_batches_per_epoch is None
+        else math.ceil(micro_batches_per_epoch / settings.micro_batches_per_step)
+    )  # fmt: skip
+    schedule = build_schedule(build, config.scheduler, optimizer, total_steps, steps_per_epoch)
+    # A stream that keeps its own position is saved with the checkpoints; other streams are resumed by
+    # skipping the batches done (worker processes read copies of the data set, so then it is always that).
+    stream = parts.train_set if prepared.train_sampler is None else None
+    keeps_position = stream is not None and hasattr(stream, "state_dict") and config.data.num_workers == 0
+    others = {"callbacks": callbacks, **({"dataset": stream} if keeps_position else {})}
+    stateful = Stateful(
+        model, optimizer, schedule, precision.scaler, others, lambda: callbacks.averaged_state_dict(model)
     )
-    settings = loop_settings(config)
-    total_steps = planned_steps(settings, len(prepared.train_loader))
-    scheduler = build_scheduler(optimizer, total_steps=total_steps, **vars(config.scheduler))
-    stateful = Stateful(model, optimizer, scheduler, precision.scaler)
     state = TrainState()
     if checkpoint is not None:
         stateful.load_state_dicts(checkpoint, found.path)
@@ -128,10 +144,9 @@ def train(
 
     # Everything is built and loaded: from here on the run writes into its directory.
     resumed_from = f"{found.path} (step {state.step}, epoch {state.epoch})" if found else None
-    steps_per_epoch = math.ceil(len(prepared.train_loader) / settings.micro_batches_per_step)
     plan = run_plan(
         config, device, precision, seed, total_steps, steps_per_epoch, run_dir, resumed_from, speed.notes,
-        process.world_size,
+        process.world_size, optimizer, parts.train_set,
     )  # fmt: skip
     log.info(plan)
     logger: MetricLogger = NullLogger()
@@ -149,7 +164,7 @@ def train(
             "torch_version": str(torch.__version__),
         }
         write_run_record(run_dir, plain_config, runtime)
-        record_split(run_dir, parts.train_set, parts.val_set)
+        record_split(run_dir, parts.train_set, parts.val_set, parts.test_set)
         # Events past the checkpoint's step belong to the lost future of the interrupted run.
         logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
         if config.checkpoint.enabled:
@@ -160,10 +175,12 @@ def train(
     logger.log_text("run/plan", plan)
     if checkpoint is not None:
         restore_rng_states(checkpoint["rng_states"])  # the very last thing before training continues
-    loaders = Loaders(prepared.train_loader, prepared.train_sampler, prepared.val_loader)
+    stream_restored = keeps_position and checkpoint is not None and "dataset_state_dict" in checkpoint
+    loaders = Loaders(prepared.train_loader, prepared.train_sampler, prepared.val_loader, stream_restored)
     try:
         with GracefulStop() as stop:  # also covers the last save: a second Ctrl-C aborts it
-            state = fit(learner, scheduler, loaders, settings, Hooks(logger, checkpointer, stop), state)
+            hooks = Hooks(logger, checkpointer, stop, callbacks)
+            state = fit(learner, schedule, loaders, settings, hooks, state)
             last = checkpointer.save_last(state)
         log_final_hparams(logger, state, plain_config, hparam_keys, config.checkpoint.monitor)
     finally:
@@ -225,6 +242,8 @@ def report_end(
         if last:
             log.warning("resume with: python -m runner train resume=%s", run_dir)
         return
+    if state.stop_reason is not None:
+        log.info("stopped at step %d (epoch %d): %s", state.step, state.epoch, state.stop_reason)
     metrics = " ".join(f"{name}={value:.4g}" for name, value in state.last_val.items())
     best = f"{state.best_val:.4g} at step {state.best_val_step}" if state.best_val is not None else "n/a"
     log.info("done: step=%d epoch=%d %s | best %s", state.step, state.epoch, metrics, best)

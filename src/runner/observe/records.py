@@ -15,10 +15,12 @@ def write_run_record(run_dir: Path, config: dict[str, Any], runtime: dict[str, A
     (run_dir / "run.yaml").write_text(yaml.safe_dump({**config, "runtime": runtime}, sort_keys=False))
 
 
-def record_split(run_dir: Path, train_set: Any, val_set: Any) -> None:
-    """Keep the train/val split with the run, so the run can be repeated on the same data."""
-    split = {"train_size": len(train_set), "val_size": len(val_set)}
-    for name, dataset in (("train", train_set), ("val", val_set)):
+def record_split(run_dir: Path, train_set: Any, val_set: Any, test_set: Any = None) -> None:
+    """Keep the data split with the run, so the run can be repeated on the same data. A stream has no
+    size (``null``)."""
+    named = [("train", train_set), ("val", val_set), *([("test", test_set)] if test_set is not None else [])]
+    split = {f"{name}_size": len(dataset) if hasattr(dataset, "__len__") else None for name, dataset in named}
+    for name, dataset in named:
         if hasattr(dataset, "indices"):
             split[f"{name}_indices"] = [int(index) for index in dataset.indices]
     (run_dir / "data_split.json").write_text(json.dumps(split))

@@ -8,16 +8,19 @@ for itself whether to act.
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch.utils.data import DataLoader
 
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints
 from runner.config.errors import ConfigError, UserError
-from runner.data.loading import EpochSampler
+from runner.data.loading import EpochSampler, batches_per_epoch, epoch_batches
 from runner.observe.progress import Progress
 from runner.observe.writer import MetricLogger, NullLogger, to_floats
+from runner.training.callbacks import Callbacks, Context
+from runner.training.metrics import Accuracy
+from runner.training.schedules import Schedule
 from runner.training.state import TrainState
 from runner.training.step import Learner, StepResult, accumulation_windows, clipped_norm, train_step
 from runner.training.validation import evaluate, improves
@@ -34,6 +37,7 @@ class LoopSettings:
     val_every_n_steps: int | None
     monitor: str = "val/loss"
     monitor_mode: str = "min"
+    metrics: dict[str, Any] = field(default_factory=lambda: {"acc": Accuracy()})  # name -> metric
     on_nonfinite: str = "raise"  # or "skip", or "off" (no check: no host read per step)
     max_nonfinite_in_a_row: int = 5
 
@@ -41,8 +45,11 @@ class LoopSettings:
 @dataclass
 class Loaders:
     train: DataLoader
-    sampler: EpochSampler  # the train loader's; set per epoch, and part-way through one on resume
+    sampler: EpochSampler | None  # the train loader's, set per epoch (part-way on resume); None: a stream
     val: DataLoader
+    # A stream whose own state was restored from the checkpoint continues as it is; else a resumed
+    # epoch skips the micro-batches it had done.
+    stream_state_restored: bool = False
 
 
 class StopFlag(Protocol):
@@ -58,6 +65,7 @@ class Hooks:
     logger: MetricLogger = field(default_factory=NullLogger)
     checkpointer: Checkpointer = field(default_factory=NoCheckpoints)
     stop: StopFlag | None = None
+    callbacks: Callbacks = field(default_factory=Callbacks)
 
 
 class NonFiniteError(UserError):
@@ -74,11 +82,23 @@ def steps_per_epoch(micro_batches_per_epoch: int, micro_batches_per_step: int) -
     return math.ceil(micro_batches_per_epoch / micro_batches_per_step)
 
 
-def planned_steps(settings: LoopSettings, micro_batches_per_epoch: int) -> int:
-    per_epoch = steps_per_epoch(micro_batches_per_epoch, settings.micro_batches_per_step)
+def planned_steps(settings: LoopSettings, micro_batches_per_epoch: int | None) -> int:
+    """``micro_batches_per_epoch=None``: a stream, whose length is unknown; ``max_steps`` plans it."""
     limits = [settings.max_steps] if settings.max_steps is not None else []
-    if settings.max_epochs is not None:
-        limits.append(settings.max_epochs * per_epoch)
+    if settings.max_epochs is not None and micro_batches_per_epoch is not None:
+        limits.append(
+            settings.max_epochs * steps_per_epoch(micro_batches_per_epoch, settings.micro_batches_per_step)
+        )
+    if micro_batches_per_epoch == 0:
+        raise ConfigError(
+            "an epoch has no batch: with data.drop_last=true, data.batch_size is larger than the "
+            "training samples each process gets; lower data.batch_size or set data.drop_last=false"
+        )
+    if not limits:
+        raise ConfigError(
+            "the training data is a stream (IterableDataset) of unknown length, so trainer.max_epochs "
+            "cannot plan the run; set trainer.max_steps"
+        )
     return min(limits)
 
 
@@ -115,6 +135,9 @@ def step_scalars(
         "train/grad_norm": result.grad_norm_before_clip,
         "train/lr": result.lr,
     }
+    for index, lr in enumerate(result.group_lrs):
+        name = learner.optimizer.param_groups[index].get("name", str(index))
+        scalars[f"train/lr/{name}"] = lr
     if learner.precision.scaler.is_enabled():
         scalars["train/loss_scale"] = learner.precision.scaler.get_scale()
     if state.skipped_steps or settings.on_nonfinite == "skip":
@@ -131,10 +154,14 @@ def validate(
     state: TrainState,
     hooks: Hooks,
     progress: Progress,
+    schedule: Schedule,
+    context: Context,
 ) -> None:
-    state.last_val = evaluate(
-        learner.model, loader, learner.loss_fn, learner.device, learner.precision, learner.channels_last
-    )
+    with hooks.callbacks.evaluation_weights(learner.plain_model):
+        state.last_val = evaluate(
+            learner.model, loader, learner.loss_fn, learner.device, learner.precision,
+            learner.channels_last, settings.metrics, learner.target_key,
+        )  # fmt: skip
     if settings.monitor not in state.last_val:
         raise ConfigError(
             f"checkpoint.monitor={settings.monitor}, but this run's validation gives only "
@@ -147,39 +174,70 @@ def validate(
         state.best_val, state.best_val_step = value, state.step
     hooks.logger.log_scalars(state.step, state.last_val)
     progress.report(state.epoch, state.step, {"train/loss": state.last_train_loss, **state.last_val})
+    schedule.after_validation(state.last_val)
+    context.metrics.update(state.last_val)
+    hooks.callbacks.call("on_validation_end", context)
     hooks.checkpointer.after_validation(state, improved)
 
 
 def fit(
     learner: Learner,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scheduler: Schedule | torch.optim.lr_scheduler.LRScheduler,
     loaders: Loaders,
     settings: LoopSettings,
     hooks: Hooks | None = None,
     state: TrainState | None = None,
 ) -> TrainState:
-    """Train until ``max_steps`` or ``max_epochs``, whichever comes first; return the final state."""
+    """Train until ``max_steps`` or ``max_epochs``, whichever comes first, or until a callback asks
+    to stop; return the final state. A bare scheduler steps after every optimizer step."""
     hooks = hooks or Hooks()
     state = state or TrainState()
-    micro_batches_per_epoch = math.ceil(loaders.sampler.samples_per_rank / loaders.train.batch_size)
+    schedule = scheduler if isinstance(scheduler, Schedule) else Schedule(scheduler)
+    micro_batches_per_epoch = batches_per_epoch(loaders.train, loaders.sampler)  # None: a stream
     total_steps = planned_steps(settings, micro_batches_per_epoch)
     progress = Progress(total_steps, initial_step=state.step)
     samples_since_log, last_log_time = 0, time.perf_counter()
     validated_at_step = None
 
+    def log_scalar(tag: str, value: float, step: int) -> None:
+        hooks.logger.log_scalars(step, {tag: value})
+
+    context = Context(learner.plain_model, learner.optimizer, log_scalar, state.step, state.epoch)
+    step_callbacks = hooks.callbacks.has("on_step_end")
+
+    def validate_once() -> None:
+        nonlocal validated_at_step
+        if validated_at_step != state.step:
+            validate(learner, loaders.val, settings, state, hooks, progress, schedule, context)
+            validated_at_step = state.step
+
+    def end_epoch(step_validates: bool) -> None:
+        """The position moves to the next epoch first: a checkpoint written by the validation (best.pt)
+        resumes at the next epoch's start."""
+        state.epoch, state.batches_done_in_epoch = state.epoch + 1, 0
+        context.epoch = state.epoch
+        if step_validates or (settings.val_every_n_epochs and state.epoch % settings.val_every_n_epochs == 0):
+            validate_once()
+        schedule.after_epoch()
+        hooks.callbacks.call("on_epoch_end", context)
+        hooks.checkpointer.after_epoch(state)
+
     learner.model.train()
     learner.optimizer.zero_grad(set_to_none=True)
-    while state.step < total_steps:
-        loaders.sampler.set_epoch(
-            state.epoch, skip_samples=state.batches_done_in_epoch * loaders.train.batch_size
-        )
-        for window in accumulation_windows(loaders.train, settings.micro_batches_per_step):
+    hooks.callbacks.call("on_train_start", context)
+    resuming = True  # the first epoch may continue part-way through
+    while state.step < total_steps and (settings.max_epochs is None or state.epoch < settings.max_epochs):
+        skip = state.batches_done_in_epoch if resuming and not loaders.stream_state_restored else 0
+        resuming, epoch_had_batches = False, False
+        batches = epoch_batches(loaders.train, loaders.sampler, state.epoch, skip)
+        for window in accumulation_windows(batches, settings.micro_batches_per_step):
+            epoch_had_batches = True
             result = train_step(
                 learner, window, settings.clip_norm, check_finite=settings.on_nonfinite != "off"
             )
             if result.applied:
                 state.nonfinite_in_a_row = 0
-                scheduler.step()
+                schedule.after_step()
             else:
                 count_skipped_step(
                     state, settings, result.grad_norm_before_clip, learner.precision.scaler.is_enabled()
@@ -187,6 +245,7 @@ def fit(
             state.step += 1
             state.batches_done_in_epoch += len(window)
             samples_since_log += result.samples
+            context.step = state.step
 
             if state.step % settings.log_every_n_steps == 0 or state.step == total_steps:
                 scalars = step_scalars(result, state, learner, settings)
@@ -196,31 +255,37 @@ def fit(
                 state.last_train_loss = scalars["train/loss"]
                 hooks.logger.log_scalars(state.step, scalars)
                 progress.update(state.step, scalars)
+                context.metrics.update(scalars)
+            if step_callbacks:
+                hooks.callbacks.call("on_step_end", context)
 
+            step_validates = bool(settings.val_every_n_steps) and state.step % settings.val_every_n_steps == 0
             epoch_ended = state.batches_done_in_epoch == micro_batches_per_epoch
             if epoch_ended:
-                state.epoch += 1
-                state.batches_done_in_epoch = 0
-            step_validates = settings.val_every_n_steps and state.step % settings.val_every_n_steps == 0
-            epoch_validates = (
-                epoch_ended and settings.val_every_n_epochs and state.epoch % settings.val_every_n_epochs == 0
-            )
-            if step_validates or epoch_validates:
-                validate(learner, loaders.val, settings, state, hooks, progress)
-                validated_at_step = state.step
-            if epoch_ended:
-                hooks.checkpointer.after_epoch(state)
+                end_epoch(step_validates)
+            elif step_validates:
+                validate_once()
             hooks.checkpointer.after_step(state)
             if hooks.stop is not None and (signal_number := hooks.stop.requested()) is not None:
                 state.stopped_by_signal = signal_number
                 break
-            if state.step >= total_steps:
+            if context.stop_reason is not None or state.step >= total_steps or epoch_ended:
                 break
-        if state.stopped_by_signal is not None:
+        else:  # a stream ran out: its epoch (one pass) ended
+            if not epoch_had_batches:
+                raise UserError(
+                    f"the training stream yielded no batch in epoch {state.epoch}; a stream must yield "
+                    "at least one batch per pass"
+                )
+            if micro_batches_per_epoch is None:
+                end_epoch(step_validates=False)
+        if state.stopped_by_signal is not None or context.stop_reason is not None:
             break
 
-    if validated_at_step != state.step and state.stopped_by_signal is None:
-        validate(learner, loaders.val, settings, state, hooks, progress)
+    state.stop_reason = context.stop_reason
+    if state.stopped_by_signal is None:
+        validate_once()
+    hooks.callbacks.call("on_train_end", context)
     progress.close()
     hooks.logger.flush()
     return state

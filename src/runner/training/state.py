@@ -23,6 +23,7 @@ class TrainState:
     last_val: dict[str, float] = field(default_factory=dict)
     skipped_steps: int = 0  # optimizer steps skipped for non-finite gradients
     stopped_by_signal: int | None = field(default=None, metadata=TRANSIENT)
+    stop_reason: str | None = field(default=None, metadata=TRANSIENT)  # a callback ended the run early
     nonfinite_in_a_row: int = field(default=0, metadata=TRANSIENT)
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
 """One training step: an accumulation window of micro-batches becomes one optimizer update.
+Batches may be of any structure (see ``batches.py``).
 
 The one place runner does forward, backward, loss scaling, clipping and the update: ``fit``, doctor's
 overfit check and ``lr_find`` all call :func:`train_step`, so they train alike.
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from runner.training.batches import count_samples, forward, to_device
 from runner.training.precision import Precision
 
 
@@ -20,17 +22,21 @@ class Learner:
     """What a step updates, and how."""
 
     model: nn.Module  # what the step calls (DDP or compiled wrappers included)
-    loss_fn: Callable
+    loss_fn: Callable  # or ModelLoss (loss=from_model)
     optimizer: torch.optim.Optimizer
     precision: Precision
     device: torch.device
     channels_last: bool = False  # image batches in channels-last memory format
     # With several processes: DDP's no_sync, so gradients are averaged only on a window's last micro-batch.
     skip_grad_sync: Callable[[], AbstractContextManager] = nullcontext
+    target_key: str = "labels"  # where a mapping batch holds its targets
+    plain_model: nn.Module | None = None  # the module inside any wrapper (callbacks see it); default: model
     trainable: list[torch.Tensor] = field(init=False)
 
     def __post_init__(self) -> None:
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+        if self.plain_model is None:
+            self.plain_model = self.model
 
 
 @dataclass
@@ -42,6 +48,7 @@ class StepResult:
     lr: float  # the rate this update used (group 0)
     applied: bool  # False: a non-finite gradient, the update was skipped
     samples: int  # in the window
+    group_lrs: tuple[float, ...] = ()  # every parameter group's rate, when there are several
 
 
 def accumulation_windows(batches: Iterable, micro_batches_per_step: int) -> Iterator[list]:
@@ -49,16 +56,6 @@ def accumulation_windows(batches: Iterable, micro_batches_per_step: int) -> Iter
     iterator = iter(batches)
     while window := list(itertools.islice(iterator, micro_batches_per_step)):
         yield window
-
-
-def move_batch(
-    inputs: torch.Tensor, targets: torch.Tensor, device: torch.device, channels_last: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """To the device (asynchronously from pinned memory on CUDA), images channels-last if asked."""
-    inputs = inputs.to(device, non_blocking=True)
-    if channels_last and inputs.ndim == 4:
-        inputs = inputs.contiguous(memory_format=torch.channels_last)
-    return inputs, targets.to(device, non_blocking=True)
 
 
 def clipped_norm(grad_norm: float, max_norm: float | None) -> float:
@@ -76,19 +73,20 @@ def train_step(
     ``check_finite`` a non-finite gradient norm leaves the weights and optimizer as they are (one read
     of the norm per step). Gradients are cleared after the update."""
     model, precision, optimizer = learner.model, learner.precision, learner.optimizer
-    window_samples = sum(len(targets) for _, targets in window)
+    samples = [count_samples(batch, learner.target_key) for batch in window]
+    window_samples = sum(samples)
     weighted_losses = []
-    for index, (inputs, targets) in enumerate(window):
-        inputs, targets = move_batch(inputs, targets, learner.device, learner.channels_last)
+    for index, batch in enumerate(window):
+        batch = to_device(batch, learner.device, learner.channels_last)
         last_micro_batch = index == len(window) - 1
         with nullcontext() if last_micro_batch else learner.skip_grad_sync():
             with precision.autocast():
-                loss = learner.loss_fn(model(inputs), targets)
+                loss = forward(model, batch, learner.loss_fn, learner.target_key).loss
             # Weight each micro-batch's mean loss by its share of the window's samples: the summed
             # gradient is then the gradient of the mean loss over the whole window, also for a short
             # last window (dividing by the window count would not be). A window of one micro-batch
             # has share 1: no multiply (bit-identical, cheaper).
-            share = len(targets) / window_samples
+            share = samples[index] / window_samples
             weighted_loss = loss * share if share != 1.0 else loss
             precision.scaler.scale(weighted_loss).backward()
         weighted_losses.append(weighted_loss.detach())
@@ -99,7 +97,9 @@ def train_step(
     grad_norm_before_clip = torch.nn.utils.get_total_norm(grads)
     if clip_norm is not None:
         torch.nn.utils.clip_grads_with_norm_(learner.trainable, clip_norm, grad_norm_before_clip)
-    lr = optimizer.param_groups[0]["lr"]
+    groups = optimizer.param_groups
+    lr = groups[0]["lr"]
+    group_lrs = tuple(group["lr"] for group in groups) if len(groups) > 1 else ()
     # The guard reads one number per step (the norm above): on a GPU one small device-to-host copy,
     # as loss scaling does too.
     applied = not check_finite or bool(torch.isfinite(grad_norm_before_clip))
@@ -109,4 +109,4 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
     # The window's mean loss (one micro-batch: its loss as it is, no extra op).
     window_loss = weighted_losses[0] if len(weighted_losses) == 1 else sum(weighted_losses)
-    return StepResult(window_loss, grad_norm_before_clip, lr, applied, window_samples)
+    return StepResult(window_loss, grad_norm_before_clip, lr, applied, window_samples, group_lrs)

@@ -1,27 +1,26 @@
-"""Validation: mean loss (and accuracy for classification) under ``eval()`` and no_grad."""
+"""Validation: the mean loss and every metric, under ``eval()`` and no_grad, over every process's
+shard. The loss is the mean over what the loss averages over (tokens, for sequences), not over
+batches or samples."""
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
 from runner.observe.writer import to_floats
+from runner.training.batches import count_samples, forward, logits_of, loss_elements, to_device
 from runner.training.distributed import sum_across_processes
+from runner.training.metrics import Accuracy, uses_loss
 from runner.training.precision import Precision
-from runner.training.step import move_batch
 
 
-def improves(value: float, best: float | None, mode: str) -> bool:
-    """NaN never counts as best."""
+def improves(value: float, best: float | None, mode: str, min_delta: float = 0.0) -> bool:
+    """NaN never counts as best; an improvement must be larger than ``min_delta``."""
     if not math.isfinite(value):
         return False
-    return best is None or (value < best if mode == "min" else value > best)
-
-
-def is_classification(outputs: torch.Tensor, targets: torch.Tensor) -> bool:
-    """Class logits ``(N, C, ...)`` against integer targets ``(N, ...)``, as CrossEntropyLoss takes."""
-    return outputs.ndim == targets.ndim + 1 and not targets.is_floating_point()
+    return best is None or (value < best - min_delta if mode == "min" else value > best + min_delta)
 
 
 def evaluate(
@@ -31,31 +30,41 @@ def evaluate(
     device: torch.device,
     precision: Precision,
     channels_last: bool = False,
+    metrics: Mapping[str, Any] | None = None,
+    target_key: str = "labels",
 ) -> dict[str, float]:
-    """Summed over every process's shard; the model's train/eval mode is restored after."""
+    """``val/loss`` and ``val/<name>`` for each metric (default: accuracy, logged when the outputs are
+    class scores). The model's train/eval mode is restored after."""
+    metrics = {"acc": Accuracy()} if metrics is None else metrics
+    batch_metrics = {name: metric for name, metric in metrics.items() if not uses_loss(metric)}
+    for metric in batch_metrics.values():
+        metric.reset()
+        if isinstance(metric, nn.Module):
+            metric.to(device)
     was_training = model.training
     model.eval()
     loss_sum = torch.zeros((), device=device)
-    correct = torch.zeros((), device=device, dtype=torch.long)
-    samples = 0
-    predictions = 0  # one per target element (per character for sequences)
-    classification = False
+    elements = torch.zeros((), device=device, dtype=torch.long)
     with torch.no_grad():
-        for inputs, targets in loader:
-            inputs, targets = move_batch(inputs, targets, device, channels_last)
+        for batch in loader:
+            batch = to_device(batch, device, channels_last)
             with precision.autocast():
-                outputs = model(inputs)
-                loss = loss_fn(outputs, targets)
-            loss_sum += loss.float() * len(targets)
-            samples += len(targets)
-            classification = is_classification(outputs, targets)
-            if classification:
-                correct += (outputs.argmax(dim=1) == targets).sum()
-                predictions += targets.numel()
+                result = forward(model, batch, loss_fn, target_key)
+            count = loss_elements(loss_fn, result.targets, count_samples(batch, target_key))
+            loss_sum += result.loss.float() * count
+            elements += count
+            logits = logits_of(result.outputs)
+            if logits is not None and isinstance(result.targets, torch.Tensor):
+                for metric in batch_metrics.values():
+                    metric.update(logits, result.targets)
     model.train(was_training)
-    counts = sum_across_processes(torch.tensor([samples, predictions], device=device))
-    loss_sum, correct = sum_across_processes(loss_sum), sum_across_processes(correct)
-    metrics = {"val/loss": loss_sum / counts[0].clamp(min=1)}
-    if classification:
-        metrics["val/acc"] = correct.float() / counts[1].clamp(min=1)
-    return to_floats(metrics)
+    loss_sum, elements = sum_across_processes(loss_sum), sum_across_processes(elements)
+    values = {"val/loss": loss_sum / elements.clamp(min=1)}
+    for name, metric in batch_metrics.items():
+        if (value := metric.compute()) is not None:
+            values[f"val/{name}"] = value
+    values = to_floats(values)  # one read of everything from the device
+    for name, metric in metrics.items():
+        if uses_loss(metric):
+            values[f"val/{name}"] = metric.from_validation_loss(values["val/loss"])
+    return values

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from runner.tools.doctor.probe import ADVICE_NAN, FAIL, PASS, SKIP, WARN, Finding, Probe
-from runner.training.step import move_batch
+from runner.training.batches import to_device
 
 ELEMENTWISE_LOSSES = (nn.MSELoss, nn.L1Loss, nn.SmoothL1Loss, nn.HuberLoss, nn.BCELoss, nn.BCEWithLogitsLoss)
 CLASS_INDEX_LOSSES = (nn.CrossEntropyLoss, nn.NLLLoss)
@@ -36,7 +36,7 @@ def check_batch(probe: Probe) -> Finding:
         )
     probe.batch = batch
     inputs, targets = batch
-    probe.inputs, probe.targets = move_batch(inputs, targets, probe.setup.device, False)
+    probe.inputs, probe.targets = to_device((inputs, targets), probe.setup.device)
     problems = []
     if len(targets) == 0 or inputs.numel() == 0:
         problems.append("the batch is empty")

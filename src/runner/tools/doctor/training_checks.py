@@ -7,7 +7,8 @@ import math
 import torch
 
 from runner.tools.doctor.probe import ADVICE_NAN, FAIL, PASS, SKIP, WARN, Finding, Probe
-from runner.training.step import Learner, move_batch, train_step
+from runner.training.batches import to_device
+from runner.training.step import Learner, train_step
 from runner.training.validation import evaluate
 
 
@@ -102,7 +103,7 @@ def check_validation(probe: Probe) -> Finding:
     ]
     buffers_before = {n: b.detach().clone() for n, b in model.named_buffers()}
     try:
-        inputs, targets = move_batch(*next(iter(setup.val_loader)), setup.device, False)
+        inputs, targets = to_device(next(iter(setup.val_loader)), setup.device)
         evaluate(model, [(inputs, targets)], setup.loss_fn, setup.device, setup.precision)
         model.eval()
         with torch.no_grad():

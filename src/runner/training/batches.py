@@ -1,0 +1,196 @@
+"""What a batch may be, and how the engine uses one: moves it to the device, counts its samples, runs
+the model and the loss on it. The one place that knows batch structures, so the step, validation
+and doctor treat every form alike.
+
+- ``(inputs, targets)`` (a 2-element tuple or list): ``loss(model(inputs), targets)``, the
+  hand-written template's step.
+- A mapping (a dict, or a dataclass's fields): ``model(**batch)``; the targets, where the loss or a
+  metric needs them, are ``batch[target_key]``.
+- With ``loss=from_model`` (:class:`ModelLoss`) the model computes its loss: a mapping still runs
+  ``model(**batch)``; a tuple or list runs ``model(*batch)``; a lone tensor ``model(batch)``.
+"""
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from runner.config.errors import UserError
+
+ACCEPTED = (
+    "an (inputs, targets) pair, a dict (or dataclass) of tensors run as model(**batch), or, with "
+    "loss=from_model, any batch the model takes"
+)
+
+
+class BatchError(UserError):
+    """A batch the engine cannot use: what it got and what it accepts, in one line."""
+
+
+class ModelLoss:
+    """``loss=from_model``: the loss is the model's own, ``outputs.loss``, ``outputs["loss"]``, or
+    the output itself when it is a scalar tensor."""
+
+    ignore_index = -100  # what transformers' models ignore in their labels
+
+    def __call__(self, outputs: Any, targets: Any = None) -> torch.Tensor:
+        return loss_of(outputs)
+
+    def __repr__(self) -> str:
+        return "from_model"
+
+
+def loss_of(outputs: Any) -> torch.Tensor:
+    loss = _field(outputs, "loss")
+    if loss is None and isinstance(outputs, torch.Tensor) and outputs.ndim == 0:
+        loss = outputs
+    if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
+        raise BatchError(
+            f"loss=from_model, but the model returned {describe(outputs)}; it must return a scalar loss "
+            "tensor, or an object or dict with a scalar .loss / ['loss']"
+        )
+    return loss
+
+
+def logits_of(outputs: Any) -> torch.Tensor | None:
+    """What metrics compare with the targets: ``outputs.logits``, ``outputs["logits"]``, or the output."""
+    logits = _field(outputs, "logits")
+    if logits is None and isinstance(outputs, torch.Tensor) and outputs.ndim > 0:
+        logits = outputs
+    return logits if isinstance(logits, torch.Tensor) else None
+
+
+def _field(outputs: Any, name: str) -> Any:
+    if isinstance(outputs, Mapping):
+        return outputs.get(name)
+    return getattr(outputs, name, None) if not isinstance(outputs, torch.Tensor) else None
+
+
+def as_mapping(batch: Any) -> Mapping[str, Any] | None:
+    if isinstance(batch, Mapping):
+        return batch
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return {item.name: getattr(batch, item.name) for item in dataclasses.fields(batch)}
+    return None
+
+
+def is_pair(batch: Any) -> bool:
+    return isinstance(batch, tuple | list) and len(batch) == 2
+
+
+def to_device(batch: Any, device: torch.device, channels_last: bool = False) -> Any:
+    """Every tensor inside the batch, asynchronously (from pinned memory on CUDA); 4-D float tensors
+    (images) channels-last if asked. The structure is kept (a dataclass becomes a copy)."""
+    if isinstance(batch, torch.Tensor):
+        batch = batch.to(device, non_blocking=True)
+        if channels_last and batch.ndim == 4 and batch.is_floating_point():
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        return batch
+    if isinstance(batch, Mapping):
+        return type(batch)({key: to_device(value, device, channels_last) for key, value in batch.items()})
+    if isinstance(batch, tuple | list):
+        moved = [to_device(value, device, channels_last) for value in batch]
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        changes = {item.name: to_device(getattr(batch, item.name), device, channels_last)
+                   for item in dataclasses.fields(batch) if item.init}  # fmt: skip
+        return dataclasses.replace(batch, **changes)
+    return batch
+
+
+def first_tensor(batch: Any) -> torch.Tensor | None:
+    if isinstance(batch, torch.Tensor):
+        return batch
+    mapping = as_mapping(batch)
+    values = mapping.values() if mapping is not None else batch if isinstance(batch, tuple | list) else ()
+    for value in values:
+        if (found := first_tensor(value)) is not None:
+            return found
+    return None
+
+
+def count_samples(batch: Any, target_key: str = "labels") -> int:
+    """The samples in a batch: the targets' first dimension for a pair (or a mapping's targets),
+    else the first tensor's."""
+    if is_pair(batch) and isinstance(batch[1], torch.Tensor):
+        return len(batch[1])
+    mapping = as_mapping(batch)
+    if mapping is not None and isinstance(mapping.get(target_key), torch.Tensor):
+        return len(mapping[target_key])
+    tensor = first_tensor(batch)
+    if tensor is None or tensor.ndim == 0:
+        raise BatchError(f"a batch of {describe(batch)} holds no batched tensor; runner takes {ACCEPTED}")
+    return len(tensor)
+
+
+@dataclass(frozen=True)
+class Forward:
+    loss: torch.Tensor
+    outputs: Any  # what the model returned
+    targets: Any  # None where the batch names none (a model's own loss without labels)
+
+
+def forward(model: Callable, batch: Any, loss_fn: Callable, target_key: str = "labels") -> Forward:
+    """Run the model and the loss on a batch already on the device."""
+    if isinstance(loss_fn, ModelLoss):
+        mapping = as_mapping(batch)
+        if mapping is not None:
+            outputs, targets = model(**mapping), mapping.get(target_key)
+        elif isinstance(batch, tuple | list):
+            outputs, targets = model(*batch), batch[-1] if len(batch) > 1 else None
+        else:
+            outputs, targets = model(batch), None
+        return Forward(loss_of(outputs), outputs, targets)
+    if is_pair(batch):
+        inputs, targets = batch
+        outputs = model(inputs)
+        return Forward(loss_fn(outputs, targets), outputs, targets)
+    mapping = as_mapping(batch)
+    if mapping is None:
+        raise BatchError(f"a batch of {describe(batch)} cannot be used with loss={loss_name(loss_fn)}; "
+                         f"runner takes {ACCEPTED}")  # fmt: skip
+    if target_key not in mapping:
+        raise BatchError(
+            f"a batch of {describe(batch)} has no '{target_key}' (data.target_key) for "
+            f"loss={loss_name(loss_fn)}; set data.target_key to the key holding the targets, or use "
+            "loss=from_model for a model that computes its own loss"
+        )
+    outputs, targets = model(**mapping), mapping[target_key]
+    logits = logits_of(outputs)
+    return Forward(loss_fn(outputs if logits is None else logits, targets), outputs, targets)
+
+
+def loss_name(loss_fn: Callable) -> str:
+    return type(loss_fn).__name__ if not isinstance(loss_fn, ModelLoss) else "from_model"
+
+
+def loss_elements(loss_fn: Callable, targets: Any, samples: int) -> int | torch.Tensor:
+    """How many elements the loss averaged over: the targets that are not ``ignore_index`` for class
+    indices (tokens, for sequences), every element for other targets, else the samples. Weighting
+    each batch's mean loss by this makes the validation loss the mean over those elements."""
+    if not isinstance(targets, torch.Tensor):
+        return samples
+    if targets.is_floating_point() or targets.ndim == 0:
+        return targets.numel() or samples
+    ignore_index = getattr(loss_fn, "ignore_index", None)
+    if ignore_index is None:
+        return targets.numel()
+    return (targets != ignore_index).sum()
+
+
+def describe(value: Any, depth: int = 0) -> str:
+    """A short picture of a batch: ``dict(input_ids=Tensor[8, 32] int64, ...)``."""
+    if isinstance(value, torch.Tensor):
+        return f"Tensor{list(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+    if depth > 1:
+        return type(value).__name__
+    mapping = as_mapping(value)
+    if mapping is not None:
+        inner = ", ".join(f"{key}={describe(item, depth + 1)}" for key, item in list(mapping.items())[:6])
+        return f"{type(value).__name__}({inner})"
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        inner = ", ".join(describe(item, depth + 1) for item in list(value)[:6])
+        return f"{type(value).__name__} of {len(value)} ({inner})"
+    return type(value).__name__

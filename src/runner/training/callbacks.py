@@ -1,0 +1,179 @@
+"""Callbacks: code of the user's that runs at fixed points of the loop. A callback is any object; each
+hook is optional: ``on_train_start``, ``on_step_end``, ``on_validation_end``, ``on_epoch_end``,
+``on_train_end``, each called with a :class:`Context`. A callback's ``state_dict``/``load_state_dict``
+(when it has them) go into checkpoints, so a resumed run continues it exactly.
+
+A callback that defines ``evaluation_weights(model)`` (a context manager) puts other weights in the
+model while it is validated (:class:`EMA`); ``averaged_state_dict(model)`` gives them to checkpoints
+for ``eval``.
+"""
+
+import copy
+import math
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from runner.training.validation import improves
+
+HOOKS = ("on_train_start", "on_step_end", "on_validation_end", "on_epoch_end", "on_train_end")
+
+
+@dataclass
+class Context:
+    """What a hook sees: where the run stands, the latest metrics, the model and optimizer, a way to
+    log TensorBoard scalars and a way to end the run."""
+
+    model: nn.Module  # the plain module (never a DDP or compiled wrapper)
+    optimizer: torch.optim.Optimizer
+    log_scalar: Callable[[str, float, int], None]
+    step: int = 0
+    epoch: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)  # latest train/* and val/* values
+    stop_reason: str | None = None
+
+    def log(self, tag: str, value: float) -> None:
+        """A TensorBoard scalar at the current optimizer step."""
+        self.log_scalar(tag, float(value), self.step)
+
+    def request_stop(self, reason: str) -> None:
+        """End the run after this hook: a final checkpoint is written, and ``reason`` is reported."""
+        self.stop_reason = reason
+
+
+@dataclass
+class Callbacks:
+    """The run's callbacks by name, called in order."""
+
+    by_name: Mapping[str, Any] = field(default_factory=dict)
+
+    def call(self, hook: str, context: Context) -> None:
+        for callback in self.by_name.values():
+            method = getattr(callback, hook, None)
+            if method is not None:
+                method(context)
+
+    def has(self, hook: str) -> bool:
+        return any(hasattr(callback, hook) for callback in self.by_name.values())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {name: cb.state_dict() for name, cb in self.by_name.items() if hasattr(cb, "state_dict")}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Callbacks the checkpoint has no state for (added on resume) start fresh."""
+        for name, callback in self.by_name.items():
+            if name in state and hasattr(callback, "load_state_dict"):
+                callback.load_state_dict(state[name])
+
+    @contextmanager
+    def evaluation_weights(self, model: nn.Module) -> Iterator[None]:
+        with ExitStack() as stack:
+            for callback in self.by_name.values():
+                if hasattr(callback, "evaluation_weights"):
+                    stack.enter_context(callback.evaluation_weights(model))
+            yield
+
+    def averaged_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
+        for callback in self.by_name.values():
+            if hasattr(callback, "averaged_state_dict"):
+                return callback.averaged_state_dict(model)
+        return None
+
+
+class EarlyStopping:
+    """Ends the run when ``monitor`` has not improved by more than ``min_delta`` for ``patience``
+    validations in a row."""
+
+    def __init__(
+        self, monitor: str = "val/loss", mode: str = "min", patience: int = 5, min_delta: float = 0.0
+    ):
+        if mode not in ("min", "max") or patience < 1 or min_delta < 0:
+            raise ValueError(
+                f"early stopping takes mode min or max, patience >= 1 and min_delta >= 0; got mode={mode}, "
+                f"patience={patience}, min_delta={min_delta}"
+            )
+        self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, min_delta
+        self.best: float | None = None
+        self.best_step: int | None = None
+        self.bad_validations = 0
+
+    def on_validation_end(self, context: Context) -> None:
+        value = context.metrics[self.monitor]
+        if improves(value, self.best, self.mode, self.min_delta):
+            self.best, self.best_step, self.bad_validations = value, context.step, 0
+            return
+        self.bad_validations += 1
+        if self.bad_validations >= self.patience:
+            best = f"{self.best:.4g} at step {self.best_step}" if self.best is not None else "none finite"
+            context.request_stop(
+                f"early stopping: {self.monitor} has not improved by more than {self.min_delta:g} for "
+                f"{self.patience} validation(s) (best {best}, now {value:.4g})"
+            )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "best_step": self.best_step, "bad_validations": self.bad_validations}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.best, self.best_step, self.bad_validations = (
+            state["best"],
+            state["best_step"],
+            state["bad_validations"],
+        )
+
+
+class EMA:
+    """An exponential moving average of the floating-point parameters and buffers, updated after every
+    optimizer step: ``average = decay * average + (1 - decay) * weight``. Validation (so best.pt's
+    choice) and ``eval`` use the averages; training continues on the model's own weights."""
+
+    def __init__(self, decay: float = 0.999):
+        if not 0.0 < decay < 1.0 or math.isnan(decay):
+            raise ValueError(f"ema takes a decay in (0, 1); got decay={decay}")
+        self.decay = decay
+        self.averages: dict[str, torch.Tensor] = {}
+
+    def on_train_start(self, context: Context) -> None:
+        restored = self.averages  # from a checkpoint (on the CPU), or empty
+        self.averages = {
+            name: restored[name].to(tensor.device) if name in restored else tensor.detach().clone()
+            for name, tensor in self.tracked(context.model)
+        }
+
+    def on_step_end(self, context: Context) -> None:
+        with torch.no_grad():
+            for name, tensor in self.tracked(context.model):
+                self.averages[name].lerp_(tensor, 1.0 - self.decay)
+
+    @staticmethod
+    def tracked(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in model.state_dict(keep_vars=True).items():
+            if tensor.is_floating_point():
+                yield name, tensor
+
+    @contextmanager
+    def evaluation_weights(self, model: nn.Module) -> Iterator[None]:
+        own = {name: tensor.detach().clone() for name, tensor in self.tracked(model)}
+        self.copy_into(model, self.averages)
+        try:
+            yield
+        finally:
+            self.copy_into(model, own)
+
+    @staticmethod
+    def copy_into(model: nn.Module, values: Mapping[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for name, tensor in EMA.tracked(model):
+                tensor.copy_(values[name])
+
+    def averaged_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return {**model.state_dict(), **copy.copy(self.averages)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"decay": self.decay, "averages": self.averages}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.averages = {name: tensor.clone() for name, tensor in state["averages"].items()}

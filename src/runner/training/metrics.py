@@ -1,0 +1,74 @@
+"""Validation metrics. A metric is any object with torchmetrics' protocol, ``update(preds, target)``,
+``compute()`` and ``reset()``; torchmetrics' own work as they are. ``preds`` are the model's logits
+(``outputs.logits``, ``outputs["logits"]`` or the output), ``target`` the batch's targets. Logged as
+``val/<name>``. A metric that defines ``from_validation_loss(loss)`` instead is computed from the
+validation loss (perplexity)."""
+
+import math
+from typing import Any, Protocol
+
+import torch
+
+from runner.training.distributed import sum_across_processes
+
+
+class Metric(Protocol):
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None: ...
+    def compute(self) -> Any: ...
+    def reset(self) -> None: ...
+
+
+def predicted_classes(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
+    """The argmax over the class dimension of class scores for integer targets: dimension 1 for
+    torch's ``(N, C, ...)`` layout, the last for ``(N, ..., C)`` (transformers' logits). ``None``
+    when ``preds`` are not class scores for ``target``."""
+    if target.is_floating_point() or preds.ndim != target.ndim + 1 or preds.shape[0] != target.shape[0]:
+        return None
+    if preds.shape[2:] == target.shape[1:]:
+        return preds.argmax(dim=1)
+    if preds.shape[:-1] == target.shape:
+        return preds.argmax(dim=-1)
+    return None
+
+
+class Accuracy:
+    """The share of class predictions equal to their targets (targets equal to ``ignore_index`` are
+    not counted), summed over every process. Batches that are not class scores against integer
+    targets (a regression) are not counted; with none, the metric is not logged."""
+
+    def __init__(self, ignore_index: int = -100) -> None:
+        self.ignore_index = ignore_index
+        self.reset()
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        predicted = predicted_classes(preds, target)
+        if predicted is None:
+            return
+        counted = target != self.ignore_index
+        self.correct = self.correct + ((predicted == target) & counted).sum()
+        self.total = self.total + counted.sum()
+        self.counted_any = True
+
+    def compute(self) -> torch.Tensor | None:
+        """On the device (read with the other metrics in one go); ``None`` when nothing was counted."""
+        if not self.counted_any:  # the same on every process: they all run the same model and data
+            return None
+        correct, total = sum_across_processes(self.correct), sum_across_processes(self.total)
+        return correct.double() / total.clamp(min=1)
+
+    def reset(self) -> None:
+        self.correct: torch.Tensor | int = 0
+        self.total: torch.Tensor | int = 0
+        self.counted_any = False
+
+
+class Perplexity:
+    """``exp`` of the validation loss: with class-index targets the loss is the mean over tokens,
+    so this is the per-token perplexity."""
+
+    def from_validation_loss(self, loss: float) -> float:
+        return math.exp(min(loss, 700.0))  # past e^700 a float overflows: report it as huge, not an error
+
+
+def uses_loss(metric: Any) -> bool:
+    return hasattr(metric, "from_validation_loss")
