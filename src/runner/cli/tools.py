@@ -106,6 +106,7 @@ def doctor_task(cfg: DictConfig, as_json: bool) -> None:
         device=prepared.device,
         precision=prepared.precision,
         clip=config.clip,
+        target_key=config.data.target_key,
     )
     results = run_checks(setup)
     print(to_json(results) if as_json else format_table(results))
@@ -126,7 +127,7 @@ def lr_find_task(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     curve = find_lr(
         prepared.parts.model, optimizer_factory(config), prepared.parts.loss_fn, prepared.train_loader,
-        prepared.device, prepared.precision, config.clip,
+        prepared.device, prepared.precision, config.clip, target_key=config.data.target_key,
     )  # fmt: skip
     plot = record(curve, run_dir)
     diverged = (

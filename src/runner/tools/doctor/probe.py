@@ -27,6 +27,7 @@ class Setup:
     device: torch.device
     precision: Precision
     clip: float | None
+    target_key: str = "labels"  # where a dict batch holds its targets
 
 
 @dataclass
