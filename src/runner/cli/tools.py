@@ -25,20 +25,23 @@ LR_FIND_DIR = "hydra.run.dir=outputs/lr_find/${now:%Y-%m-%d}/${now:%H-%M-%S}-${u
 
 
 def main_eval(arguments: list[str]) -> None:
-    """``python -m runner eval ckpt=FILE [device=...]``: validation metrics of a checkpoint, with
-    the model and data rebuilt from the config stored in it."""
-    from runner.tools.evaluation import evaluate_checkpoint
+    """``python -m runner eval ckpt=FILE [split=val|test] [device=...]``: a checkpoint's metrics on
+    the validation (or test) split, with the model and data rebuilt from the config stored in it."""
+    from runner.tools.evaluation import SPLITS, evaluate_checkpoint
 
     options = dict(argument.split("=", 1) for argument in arguments if "=" in argument)
     try:
-        unknown = set(options) - {"ckpt", "device"} or {a for a in arguments if "=" not in a}
+        unknown = set(options) - {"ckpt", "device", "split"} or {a for a in arguments if "=" not in a}
         if unknown or "ckpt" not in options:
             raise ConfigError(
-                f"eval takes ckpt=FILE and optionally device=...; got {' '.join(arguments) or 'nothing'}"
+                "eval takes ckpt=FILE and optionally split=val|test and device=...; got "
+                + (" ".join(arguments) or "nothing")
             )
-        device = options.get("device", "auto")
+        device, split = options.get("device", "auto"), options.get("split", "val")
         check_value("device", device)
-        metrics = evaluate_checkpoint(Path(options["ckpt"]), device, build=hydra.utils.instantiate)
+        if split not in SPLITS:
+            raise ConfigError(f"split={split} is not allowed; split must be one of {', '.join(SPLITS)}")
+        metrics = evaluate_checkpoint(Path(options["ckpt"]), device, hydra.utils.instantiate, split)
     except UserError as error:
         exit_with(error)
     print(" ".join(f"{name} {value:.6g}" if isinstance(value, float) else f"{name} {value}"

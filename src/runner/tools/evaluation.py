@@ -1,33 +1,47 @@
-"""``runner eval``: a checkpoint's validation metrics, rebuilt from the config stored in it."""
+"""``runner eval``: a checkpoint's validation (or test) metrics, every configured metric, with the model
+and data rebuilt from the config stored in it. When the run averaged its weights (``ema``), those are
+what is evaluated."""
 
 from pathlib import Path
 from typing import Any
 
 from runner.checkpoint.files import check_state_dict_fits, load_checkpoint
+from runner.config.errors import ConfigError
 from runner.config.typed import typed_config
-from runner.data.loading import make_loaders
-from runner.experiment.setup import Build, build_model_and_data
+from runner.data.loading import make_loader
+from runner.experiment.setup import Build, build_collate_fn, build_model_and_data, build_named
 from runner.training.device import resolve_device
 from runner.training.precision import resolve_precision
 from runner.training.validation import evaluate
 
+SPLITS = ("val", "test")
 
-def evaluate_checkpoint(path: Path, device_name: str, build: Build) -> dict[str, Any]:
+
+def evaluate_checkpoint(path: Path, device_name: str, build: Build, split: str = "val") -> dict[str, Any]:
     checkpoint = load_checkpoint(path)
     config = typed_config(checkpoint["config"])
     device = resolve_device(device_name)
     parts = build_model_and_data(config, build, device)
-    check_state_dict_fits(parts.model, checkpoint["model_state_dict"], path)
-    parts.model.load_state_dict(checkpoint["model_state_dict"])
-    _, val_loader, _ = make_loaders(
-        parts.train_set, parts.val_set, config.data.batch_size, False, config.data.num_workers, 0,
-        pin_memory=device.type == "cuda",
+    dataset = parts.val_set if split == "val" else parts.test_set
+    if dataset is None:
+        raise ConfigError(
+            f"split={split}, but data.dataset._target_={config.data.dataset['_target_']} returns no test "
+            "set; it must return (train, val, test) for split=test"
+        )
+    weights = checkpoint.get("averaged_model_state_dict") or checkpoint["model_state_dict"]
+    check_state_dict_fits(parts.model, weights, path)
+    parts.model.load_state_dict(weights)
+    loader = make_loader(
+        dataset, config.data.val_batch_size or config.data.batch_size, seed=0,
+        pin_memory=device.type == "cuda", num_workers=config.data.num_workers,
+        collate_fn=build_collate_fn(build, config),
     )  # fmt: skip
     precision = resolve_precision(config.precision, device)
-    metrics = evaluate(parts.model, val_loader, parts.loss_fn, device, precision)
-    return {
-        "checkpoint": str(path),
-        "step": checkpoint["global_step"],
-        "epoch": checkpoint["epoch"],
-        **metrics,
-    }
+    metrics = evaluate(
+        parts.model, loader, parts.loss_fn, device, precision,
+        metrics=build_named(build, "metrics", config.metrics), target_key=config.data.target_key,
+    )  # fmt: skip
+    metrics = {name.replace("val/", f"{split}/", 1): value for name, value in metrics.items()}
+    averaged = {"weights": "averaged"} if "averaged_model_state_dict" in checkpoint else {}
+    return {"checkpoint": str(path), "step": checkpoint["global_step"], "epoch": checkpoint["epoch"],
+            **metrics, **averaged}  # fmt: skip
