@@ -2,6 +2,7 @@
 
 import json
 import os
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -11,7 +12,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from runner.data.loading import make_loaders
-from runner.tools.doctor import FAIL, PASS, Setup, run_checks
+from runner.tools.doctor import FAIL, PASS, SKIP, Setup, run_checks
+from runner.training.batches import ModelLoss
 from runner.training.precision import resolve_precision
 
 CPU = torch.device("cpu")
@@ -30,7 +32,11 @@ def mlp(num_features=8, num_outputs=3):
 
 
 def setup_for(model, inputs, targets, loss_fn=None, lr=0.05, clip=1.0):
-    dataset = TensorDataset(inputs, targets)
+    return setup_on(model, TensorDataset(inputs, targets), loss_fn, lr, clip)
+
+
+def setup_on(model, dataset, loss_fn=None, lr=0.05, clip=1.0, target_key="labels"):
+    """Any data set: its samples may be pairs, dicts or anything else a loader collates."""
     train_loader, val_loader, _ = make_loaders(dataset, dataset, 16, True, 0, 0, pin_memory=False)
     return Setup(
         model=model,
@@ -41,6 +47,7 @@ def setup_for(model, inputs, targets, loss_fn=None, lr=0.05, clip=1.0):
         device=CPU,
         precision=resolve_precision("fp32", CPU),
         clip=clip,
+        target_key=target_key,
     )
 
 
@@ -127,6 +134,123 @@ def test_healthy_setup_passes_every_check():
     results = run_checks(setup_for(mlp(), INPUTS, LABELS))
     assert [result.status for result in results] == [PASS] * 8, [(r.number, r.found) for r in results]
     assert [result.number for result in results] == list(range(1, 9))
+
+
+class DictModel(nn.Module):
+    """Takes its batch as keywords, as the engine calls it on a dict batch (labels included)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = mlp()
+
+    def forward(self, features, mask=None, labels=None):
+        return self.body(features if mask is None else features * mask)
+
+
+def dict_samples(inputs, labels, **more):
+    return [
+        {"features": inputs[i], "labels": labels[i], **{k: v[i] for k, v in more.items()}}
+        for i in range(len(labels))
+    ]
+
+
+@dataclass
+class LanguageModelOutput:
+    loss: torch.Tensor | None
+    logits: torch.Tensor
+
+
+class TinyLanguageModel(nn.Module):
+    """A transformers-style model: keywords in; out, its own loss (labels of -100 ignored) and
+    (N, T, V) logits."""
+
+    def __init__(self, vocabulary=12, width=16):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(vocabulary, width)
+        self.head = nn.Linear(width, vocabulary)
+
+    def forward(self, input_ids, attention_mask, labels=None):
+        logits = self.head(self.embed(input_ids) * attention_mask[..., None])
+        loss = None if labels is None else F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        return LanguageModelOutput(loss, logits)
+
+
+def token_samples(num_samples=8, length=6, vocabulary=12):
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(vocabulary, (num_samples, length), generator=generator)
+    labels = (input_ids * 5 + 1) % vocabulary  # a rule the model can learn from each token
+    labels[:, -1] = -100  # ignored, as padding is
+    mask = torch.ones(num_samples, length, dtype=torch.long)
+    return [
+        {"input_ids": input_ids[i], "attention_mask": mask[i], "labels": labels[i]}
+        for i in range(num_samples)
+    ]
+
+
+class PerSampleLoss(nn.Module):
+    """Returns one loss per sample where loss=from_model needs one scalar."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = mlp()
+
+    def forward(self, features, labels):
+        return F.cross_entropy(self.body(features), labels, reduction="none")
+
+
+def test_dict_batch_with_an_external_loss_passes_every_check():
+    results = run_checks(setup_on(DictModel(), dict_samples(INPUTS, LABELS)))
+    assert [result.status for result in results] == [PASS] * 8, [(r.number, r.found) for r in results]
+    assert results[0].found.startswith("features (16, 8) float32 in [")
+    assert "; labels (16,) int64 in [0, 2]" in results[0].found
+    assert results[1].found == "prediction (16, 3), target (16,) int64"
+
+
+def test_transformers_style_model_with_its_own_loss_passes_every_check():
+    results = run_checks(setup_on(TinyLanguageModel(), token_samples(), ModelLoss()))
+    assert [result.status for result in results] == [PASS] * 8, [(r.number, r.found) for r in results]
+    assert "logits (8, 6, 12) float32, labels (8, 6) int64" in results[1].found
+    first, last = (float(number) for number in results[7].found.split()[1:4:2])
+    assert last < 0.7 * first  # the overfit check trained the model on the batch
+
+
+@pytest.mark.parametrize(
+    ("make_setup", "named"),
+    [
+        (
+            lambda: setup_on(mlp(), TensorDataset(INPUTS, LABELS, LABELS.float())),
+            ["list of 3 (Tensor[16, 8] float32, Tensor[16] int64, Tensor[16] float32)", "CrossEntropyLoss"],
+        ),
+        (
+            lambda: setup_on(DictModel(), dict_samples(INPUTS, LABELS), target_key="label"),
+            ["has no 'label' (data.target_key)", "features=Tensor[16, 8] float32"],
+        ),
+    ],
+    ids=["3-tuple", "dict without data.target_key"],
+)
+def test_batch_the_engine_cannot_use_fails_check_1_with_the_engines_message(make_setup, named):
+    results = run_checks(make_setup())
+    assert [result.number for result in results if result.status == FAIL] == [1]
+    found = results[0].found
+    assert "\n" not in found and all(text in found for text in named), found
+    assert all(result.status == SKIP for result in results[1:]), [(r.number, r.found) for r in results]
+
+
+def test_nan_in_one_key_of_a_dict_batch_fails_check_1_naming_the_key():
+    mask = torch.ones_like(INPUTS)
+    results = run_checks(setup_on(DictModel(), dict_samples(INPUTS, LABELS, mask=with_nans(mask))))
+    assert first_failure(results) == 1
+    assert results[0].found.startswith("mask hold 1 NaN and 0 Inf values"), results[0].found
+    assert "features" not in results[0].found.split("(")[0]
+
+
+def test_model_loss_that_is_not_a_scalar_fails_check_2_saying_what_to_return():
+    results = run_checks(setup_on(PerSampleLoss(), dict_samples(INPUTS, LABELS), ModelLoss()))
+    assert [r.number for r in results if r.status == FAIL] == [2], [(r.number, r.found) for r in results]
+    assert "returned Tensor[16] float32" in results[1].found
+    assert "it must return a scalar loss tensor" in results[1].found
+    assert results[1].advice
 
 
 @pytest.mark.slow

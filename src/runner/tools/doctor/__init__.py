@@ -49,7 +49,7 @@ def run_checks(setup: Setup) -> list[CheckResult]:
     probe = Probe(setup)
     results = []
     for number, check in enumerate(CHECKS, start=1):
-        if check.needs_batch and probe.inputs is None:
+        if check.needs_batch and probe.batch is None:
             results.append(CheckResult(number, check.name, SKIP, "needs a batch (check 1)"))
             continue
         try:

@@ -1,51 +1,104 @@
-"""The checklist's first checks: the data, the shapes, the devices, the loss."""
+"""The checklist's first checks: the data, the shapes, the devices, the loss. Batches go through the
+engine's own ``forward`` (``runner.training.batches``), so every batch form the engine takes is
+checked as ``train`` would use it."""
+
+import contextlib
+from typing import Any
 
 import torch
 from torch import nn
 
-from runner.tools.doctor.probe import ADVICE_NAN, FAIL, PASS, SKIP, WARN, Finding, Probe
-from runner.training.batches import to_device
+from runner.tools.doctor.probe import (
+    ADVICE_NAN,
+    FAIL,
+    PASS,
+    SKIP,
+    WARN,
+    Finding,
+    Probe,
+    named_tensors,
+    named_values,
+)
+from runner.training.batches import (
+    BatchError,
+    ModelLoss,
+    as_mapping,
+    count_samples,
+    describe,
+    forward,
+    is_pair,
+    logits_of,
+    to_device,
+)
 
 ELEMENTWISE_LOSSES = (nn.MSELoss, nn.L1Loss, nn.SmoothL1Loss, nn.HuberLoss, nn.BCELoss, nn.BCEWithLogitsLoss)
 CLASS_INDEX_LOSSES = (nn.CrossEntropyLoss, nn.NLLLoss)
+SHOWN_VALUES = 8  # of a batch, in check 1's finding
 
 
-def describe(tensor: torch.Tensor) -> str:
-    text = f"{tuple(tensor.shape)} {str(tensor.dtype).removeprefix('torch.')}"
-    if tensor.numel() and (tensor.is_floating_point() or not tensor.is_complex()):
-        finite = tensor[torch.isfinite(tensor)] if tensor.is_floating_point() else tensor
+def summarize(value: Any) -> str:
+    """A tensor's shape, dtype and finite range; any other value as ``describe`` pictures it."""
+    if not isinstance(value, torch.Tensor):
+        return describe(value)
+    text = f"{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+    if value.numel() and (value.is_floating_point() or not value.is_complex()):
+        finite = value[torch.isfinite(value)] if value.is_floating_point() else value
         if finite.numel():
             text += f" in [{finite.min().item():.4g}, {finite.max().item():.4g}]"
     return text
 
 
+class _ModelReached(Exception):
+    """The batch got as far as the model call: the engine can use its structure."""
+
+
+def _stop_at_model(*args: Any, **kwargs: Any) -> Any:
+    raise _ModelReached
+
+
+def check_usable(batch: Any, loss_fn: Any, target_key: str) -> None:
+    """Raises the engine's own ``BatchError`` for a batch it cannot use. The model is not run: what
+    it raises is check 2's finding."""
+    count_samples(batch, target_key)
+    with contextlib.suppress(_ModelReached):
+        forward(_stop_at_model, batch, loss_fn, target_key)
+
+
 def check_batch(probe: Probe) -> Finding:
+    setup = probe.setup
     try:
-        batch = next(iter(probe.setup.train_loader))
+        batch = next(iter(setup.train_loader))
     except Exception as error:
         return Finding(
             FAIL,
             f"loading raised {type(error).__name__}: {error}",
             "check the data set's __getitem__ and the collate",
         )
-    if not (isinstance(batch, list | tuple) and len(batch) == 2):
+    batch = to_device(batch, setup.device)
+    try:
+        check_usable(batch, setup.loss_fn, setup.target_key)
+    except BatchError as error:
         return Finding(
             FAIL,
-            f"a batch is a {type(batch).__name__}, not (inputs, targets)",
-            "make the data set yield (input, target) pairs",
+            str(error),
+            "make each sample an (input, target) pair or a dict holding data.target_key, or use "
+            "loss=from_model for a model that computes its own loss",
         )
     probe.batch = batch
-    inputs, targets = batch
-    probe.inputs, probe.targets = to_device((inputs, targets), probe.setup.device)
+    values = list(named_values(batch))
     problems = []
-    if len(targets) == 0 or inputs.numel() == 0:
+    if count_samples(batch, setup.target_key) == 0 or any(
+        isinstance(value, torch.Tensor) and value.numel() == 0 for _, value in values
+    ):
         problems.append("the batch is empty")
-    for label, tensor in (("inputs", inputs), ("targets", targets)):
+    for name, tensor in named_tensors(batch):
         if tensor.is_floating_point():
             nan, inf = torch.isnan(tensor).sum().item(), torch.isinf(tensor).sum().item()
             if nan or inf:
-                problems.append(f"{label} hold {nan} NaN and {inf} Inf values")
-    found = f"inputs {describe(inputs)}; targets {describe(targets)}"
+                problems.append(f"{name} hold {nan} NaN and {inf} Inf values")
+    found = "; ".join(f"{name} {summarize(value)}" for name, value in values[:SHOWN_VALUES])
+    if len(values) > SHOWN_VALUES:
+        found += f"; and {len(values) - SHOWN_VALUES} more"
     if problems:
         return Finding(
             FAIL,
@@ -55,20 +108,76 @@ def check_batch(probe: Probe) -> Finding:
     return Finding(PASS, found)
 
 
+class LossInputs:
+    """Stands in for the loss inside ``forward``: keeps what the engine would hand the loss, so the
+    shapes are checked before the loss (which may raise on them) runs."""
+
+    prediction: Any = None
+    targets: Any = None
+
+    def __call__(self, prediction: Any, targets: Any) -> torch.Tensor:
+        self.prediction, self.targets = prediction, targets
+        return torch.zeros(())
+
+
+def model_call(batch: Any, loss_fn: Any) -> str:
+    """How the engine calls the model on this batch, for a finding."""
+    if as_mapping(batch) is not None:
+        return "model(**batch)"
+    if is_pair(batch) and not isinstance(loss_fn, ModelLoss):
+        inputs = batch[0]
+        return f"model(inputs {tuple(inputs.shape)})" if isinstance(inputs, torch.Tensor) else "model(inputs)"
+    return "model(*batch)" if isinstance(batch, tuple | list) else "model(batch)"
+
+
+def model_raised(batch: Any, loss_fn: Any, error: Exception) -> Finding:
+    return Finding(
+        FAIL,
+        f"{model_call(batch, loss_fn)} raised {type(error).__name__}: {str(error).splitlines()[0]}",
+        "make the model's input size match the data (data.input_shape, the model's first layer)",
+    )
+
+
+def shape_text(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+    return "none" if value is None else describe(value)
+
+
 def check_shapes(probe: Probe) -> Finding:
-    model, loss_fn, inputs, targets = probe.setup.model, probe.setup.loss_fn, probe.inputs, probe.targets
+    setup = probe.setup
+    if isinstance(setup.loss_fn, ModelLoss):
+        return check_model_loss(probe)
+    recorded = LossInputs()
     try:
         with torch.no_grad():
-            outputs = model(inputs)
+            forward(setup.model, probe.batch, recorded, setup.target_key)
+    except Exception as error:
+        return model_raised(probe.batch, setup.loss_fn, error)
+    outputs, targets = recorded.prediction, recorded.targets
+    prediction = tuple(outputs.shape) if isinstance(outputs, torch.Tensor) else describe(outputs)
+    shapes = f"prediction {prediction}, target {shape_text(targets)}"
+    if isinstance(outputs, torch.Tensor) and isinstance(targets, torch.Tensor):
+        finding = loss_shape_finding(setup.loss_fn, outputs, targets, shapes)
+        if finding is not None:
+            return finding
+    try:
+        with torch.no_grad():
+            setup.loss_fn(outputs, targets)
     except Exception as error:
         return Finding(
             FAIL,
-            f"model(inputs {tuple(inputs.shape)}) raised {type(error).__name__}: "
-            f"{str(error).splitlines()[0]}",
-            "make the model's input size match the data (data.input_shape, the model's first layer)",
+            f"{shapes}: the loss raised {type(error).__name__}: {str(error).splitlines()[0]}",
+            "match the target's shape and dtype to the loss",
         )
-    target_dtype = str(targets.dtype).removeprefix("torch.")
-    shapes = f"prediction {tuple(outputs.shape)}, target {tuple(targets.shape)} {target_dtype}"
+    return Finding(PASS, shapes)
+
+
+def loss_shape_finding(
+    loss_fn: Any, outputs: torch.Tensor, targets: torch.Tensor, shapes: str
+) -> Finding | None:
+    """The mistakes a loss takes silently, or reports obscurely: broadcasting, float class targets,
+    classes out of range, probabilities where logits belong."""
     if isinstance(loss_fn, ELEMENTWISE_LOSSES) and outputs.shape != targets.shape:
         try:
             broadcast = torch.broadcast_shapes(outputs.shape, targets.shape)
@@ -89,7 +198,8 @@ def check_shapes(probe: Probe) -> Finding:
                 f"{shapes}: {type(loss_fn).__name__} needs class indices as int64",
                 "make the targets integer class indices (tensor.long())",
             )
-        low, high = targets.min().item(), targets.max().item()
+        counted = targets[targets != getattr(loss_fn, "ignore_index", None)]  # the loss skips the others
+        low, high = (counted.min().item(), counted.max().item()) if counted.numel() else (0, 0)
         if low < 0 or high >= outputs.shape[1]:
             return Finding(
                 FAIL,
@@ -119,30 +229,40 @@ def check_shapes(probe: Probe) -> Finding:
             f"{shapes}: every prediction is in [0, 1]; BCEWithLogitsLoss expects logits",
             "remove a final sigmoid, if the model has one",
         )
+    return None
+
+
+def check_model_loss(probe: Probe) -> Finding:
+    """``loss=from_model``: the model must return its loss as a scalar; its logits are what metrics
+    compare with the labels."""
+    setup = probe.setup
     try:
         with torch.no_grad():
-            loss_fn(outputs, targets)
-    except Exception as error:
+            result = forward(setup.model, probe.batch, setup.loss_fn, setup.target_key)
+    except BatchError as error:
         return Finding(
             FAIL,
-            f"{shapes}: the loss raised {type(error).__name__}: {str(error).splitlines()[0]}",
-            "match the target's shape and dtype to the loss",
+            str(error),
+            "return the loss from forward (transformers' models compute it when the batch holds labels)",
         )
-    return Finding(PASS, shapes)
+    except Exception as error:
+        return model_raised(probe.batch, setup.loss_fn, error)
+    logits = logits_of(result.outputs)
+    return Finding(
+        PASS,
+        f"the model returns a scalar loss; logits {shape_text(logits)}, labels {shape_text(result.targets)}",
+    )
 
 
 def check_devices(probe: Probe) -> Finding:
-    model, device, inputs, targets = probe.setup.model, probe.setup.device, probe.inputs, probe.targets
+    model, device = probe.setup.model, probe.setup.device
     elsewhere = [
         f"{n} on {t.device}"
         for n, t in [*model.named_parameters(), *model.named_buffers()]
         if t.device.type != device.type
     ]
-    elsewhere += [
-        f"batch {label} on {t.device}"
-        for label, t in (("inputs", inputs), ("targets", targets))
-        if t.device.type != device.type
-    ]
+    batch = named_tensors(probe.batch)
+    elsewhere += [f"batch {name} on {t.device}" for name, t in batch if t.device.type != device.type]
     if elsewhere:
         return Finding(
             FAIL,
@@ -154,9 +274,10 @@ def check_devices(probe: Probe) -> Finding:
 
 
 def check_loss(probe: Probe) -> Finding:
-    probe.setup.model.train()
+    setup = probe.setup
+    setup.model.train()
     try:
-        probe.loss = probe.setup.loss_fn(probe.setup.model(probe.inputs), probe.targets)
+        probe.loss = forward(setup.model, probe.batch, setup.loss_fn, setup.target_key).loss
     except Exception as error:
         return Finding(SKIP, f"no loss ({type(error).__name__}); see check 2")
     if not torch.isfinite(probe.loss).all():

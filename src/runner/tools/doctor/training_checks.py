@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from runner.tools.doctor.probe import ADVICE_NAN, FAIL, PASS, SKIP, WARN, Finding, Probe
-from runner.training.batches import to_device
+from runner.tools.doctor.probe import ADVICE_NAN, FAIL, PASS, SKIP, WARN, Finding, Probe, named_tensors
+from runner.training.batches import Forward, forward, to_device
 from runner.training.step import Learner, train_step
 from runner.training.validation import evaluate
 
@@ -55,20 +55,22 @@ def check_gradients(probe: Probe) -> Finding:
 
 def check_update(probe: Probe) -> Finding:
     model = probe.setup.model
-    optimizer = probe.setup.optimizer_factory(model)
     trainable = {id(p): n for n, p in model.named_parameters() if p.requires_grad}
-    in_optimizer = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    optimizer.step()
-    changed = [n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())]
-    not_optimized = [n for pid, n in trainable.items() if pid not in in_optimizer]
-    lrs = sorted({group["lr"] for group in optimizer.param_groups})
     if not trainable:
         return Finding(
             FAIL,
             "nothing changed: every parameter is frozen (requires_grad=False)",
             "unfreeze the parameters you mean to train",
         )
+    if probe.loss is None:
+        return Finding(SKIP, "no gradients to apply; see checks 2 and 4")
+    optimizer = probe.setup.optimizer_factory(model)
+    in_optimizer = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer.step()
+    changed = [n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())]
+    not_optimized = [n for pid, n in trainable.items() if pid not in in_optimizer]
+    lrs = sorted({group["lr"] for group in optimizer.param_groups})
     if not changed:
         reason = "optimizer.lr=0" if lrs == [0] else "no gradient reached the optimizer"
         return Finding(
@@ -103,11 +105,11 @@ def check_validation(probe: Probe) -> Finding:
     ]
     buffers_before = {n: b.detach().clone() for n, b in model.named_buffers()}
     try:
-        inputs, targets = to_device(next(iter(setup.val_loader)), setup.device)
-        evaluate(model, [(inputs, targets)], setup.loss_fn, setup.device, setup.precision)
+        batch = to_device(next(iter(setup.val_loader)), setup.device)
+        evaluate(model, [batch], setup.loss_fn, setup.device, setup.precision, target_key=setup.target_key)
         model.eval()
         with torch.no_grad():
-            first, second = model(inputs), model(inputs)
+            first, second = (forward(model, batch, setup.loss_fn, setup.target_key) for _ in range(2))
         model.train()
     finally:
         for hook in hooks:
@@ -129,7 +131,7 @@ def check_validation(probe: Probe) -> Finding:
             "buffers changed during validation: " + ", ".join(moved[:6]),
             "a module updates statistics in eval: check batch-norm and custom modules",
         )
-    if not torch.equal(first, second):
+    if not all(torch.equal(a, b) for a, b in zip(outputs_of(first), outputs_of(second), strict=True)):
         return Finding(
             FAIL,
             "two eval forwards of the same batch differ: dropout or other randomness "
@@ -137,6 +139,11 @@ def check_validation(probe: Probe) -> Finding:
             "use nn.Dropout (which eval() turns off), not F.dropout(..., training=True)",
         )
     return Finding(PASS, "eval() on every module, no gradient tracking, same output twice")
+
+
+def outputs_of(result: Forward) -> list[torch.Tensor]:
+    """Every tensor the model returned, and the loss."""
+    return [result.loss, *(tensor for _, tensor in named_tensors(result.outputs))]
 
 
 def check_overfit(probe: Probe, steps: int = 100) -> Finding:
@@ -147,8 +154,11 @@ def check_overfit(probe: Probe, steps: int = 100) -> Finding:
     model = copy.deepcopy(setup.model)
     model.train()
     model.zero_grad(set_to_none=True)
-    learner = Learner(model, setup.loss_fn, setup.optimizer_factory(model), setup.precision, setup.device)
-    window = [(probe.inputs, probe.targets)]
+    optimizer = setup.optimizer_factory(model)
+    learner = Learner(
+        model, setup.loss_fn, optimizer, setup.precision, setup.device, target_key=setup.target_key
+    )
+    window = [probe.batch]
     losses = [train_step(learner, window, setup.clip, check_finite=False).loss.item() for _ in range(steps)]
     first, last = losses[0], min(losses[-5:])
     found = f"loss {first:.4g} -> {last:.4g} in {steps} steps on one batch"
