@@ -1,0 +1,153 @@
+"""The worked example in ``examples/word_lm/``: pytorch/examples' word-level language model, plugged into
+runner through its own package and config folder, trains exactly as the same recipe written by hand."""
+
+import importlib
+import random
+from dataclasses import dataclass, field
+from types import ModuleType
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO, composed, read_scalars, run_cli
+from torch import nn
+
+from runner.data.text import TEXT_FILE
+
+EXAMPLE = REPO / "examples" / "word_lm"
+SEARCHPATH = f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]"
+SEED = 3
+# A short run of the recipe: small chunks and model, so it takes seconds; dropout stays on (0.2).
+BPTT, EMBEDDING, HIDDEN, BATCH_SIZE, EPOCHS = 10, 16, 16, 8, 4
+SHORT_RUN = (
+    SEARCHPATH, "+experiment=word_lm", f"seed={SEED}", "device=cpu", f"data.dataset.bptt={BPTT}",
+    f"model.embedding={EMBEDDING}", f"model.hidden={HIDDEN}", f"data.batch_size={BATCH_SIZE}",
+    f"trainer.max_epochs={EPOCHS}", "trainer.log_every_n_steps=1",
+)  # fmt: skip
+
+
+@pytest.fixture
+def word_lm(monkeypatch) -> ModuleType:
+    """The example's package, importable as a user's ``PYTHONPATH=examples/word_lm`` makes it."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    return importlib.import_module("word_lm")
+
+
+@dataclass
+class Reference:
+    losses: list[float] = field(default_factory=list)  # every step's training loss
+    lrs: list[float] = field(default_factory=list)  # the rate every step used
+    val_losses: list[float] = field(default_factory=list)  # after every epoch
+
+
+def float32(value: float) -> float:
+    """As TensorBoard stores a scalar."""
+    return torch.tensor(value, dtype=torch.float32).item()
+
+
+def hand_written_recipe(word_lm: ModuleType, seed: int, epochs: int) -> tuple[Reference, nn.Module]:
+    """The recipe as pytorch/examples' ``main.py`` writes it (batches sliced from the data in order,
+    as its ``get_batch`` does; no DataLoader), seeded as runner's ``seed_everything``, model first."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    vocabulary_size = len(word_lm.vocabulary(word_lm.tokenize(TEXT_FILE.read_text())))
+    model = word_lm.rnn_model(vocabulary_size, embedding=EMBEDDING, hidden=HIDDEN, layers=2, dropout=0.2)
+    train, val = word_lm.load_words(bptt=BPTT, val_fraction=0.15)
+    (train_inputs, train_targets), (val_inputs, val_targets) = train.tensors, val.tensors
+    optimizer = torch.optim.SGD(model.parameters(), lr=20)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+        optimizer, mode="min", factor=0.25, patience=0, threshold=0
+    )
+    loss_fn = nn.CrossEntropyLoss()
+    reference = Reference()
+    for _ in range(epochs):
+        model.train()
+        for start in range(0, len(train_inputs), BATCH_SIZE):
+            batch = slice(start, start + BATCH_SIZE)
+            loss = loss_fn(model(train_inputs[batch]), train_targets[batch])
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+            reference.lrs.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            reference.losses.append(loss.item())
+        model.eval()
+        loss_sum, tokens = torch.zeros(()), torch.zeros((), dtype=torch.long)
+        with torch.no_grad():
+            for start in range(0, len(val_inputs), BATCH_SIZE):
+                batch = slice(start, start + BATCH_SIZE)
+                targets = val_targets[batch]
+                loss = loss_fn(model(val_inputs[batch]), targets)
+                loss_sum += loss.float() * targets.numel()
+                tokens += targets.numel()
+        val_loss = (loss_sum / tokens).item()
+        reference.val_losses.append(val_loss)
+        scheduler.step(val_loss)
+    return reference, model
+
+
+def reduced_at(lrs: list[float], steps_per_epoch: int) -> list[int]:
+    """The epochs (1-based) after which the learning rate was lower than before."""
+    per_epoch = lrs[::steps_per_epoch]
+    return [epoch for epoch in range(1, len(per_epoch)) if per_epoch[epoch] < per_epoch[epoch - 1]]
+
+
+def test_config_declares_the_true_vocabulary_size(word_lm):
+    config = composed(SEARCHPATH, "+experiment=word_lm")
+    train, _ = word_lm.load_words(**{k: v for k, v in config.data.dataset.items() if k != "_target_"})
+    assert config.data.num_outputs == len(train.classes) == len(set(train.classes))
+    assert config.data.input_shape == [config.data.dataset["bptt"]] == list(train[0][0].shape)
+
+
+def test_chunks_are_the_token_stream_in_order(word_lm):
+    """Inputs are contiguous non-overlapping chunks; each target is its input shifted by one token;
+    validation is the end of the stream."""
+    train, val = word_lm.load_words(bptt=7, val_fraction=0.15)
+    words = train.classes
+    stream = word_lm.tokenize(TEXT_FILE.read_text())
+    train_inputs, train_targets = train.tensors
+    assert [words[i] for i in train_inputs.flatten()] == stream[: train_inputs.numel()]
+    assert torch.equal(train_inputs.flatten()[1:], train_targets.flatten()[:-1])
+    split = int(len(stream) * 0.85)
+    val_inputs, _ = val.tensors
+    assert [words[i] for i in val_inputs.flatten()] == stream[split : split + val_inputs.numel()]
+
+
+def test_runner_trains_the_recipe_exactly_as_the_hand_written_loop(word_lm, train_here):
+    run_dir = train_here(*SHORT_RUN)
+    reference, model = hand_written_recipe(word_lm, SEED, EPOCHS)
+
+    scalars = read_scalars(run_dir)
+    steps_per_epoch = len(reference.losses) // EPOCHS
+    logged = [value for _, value in scalars["train/loss"]]
+    expected = [float32(loss) for loss in reference.losses]
+    matched = sum(a == b for a, b in zip(logged, expected, strict=False))
+    assert len(logged) == len(expected) and matched == len(expected), f"{matched} of {len(expected)} steps"
+    assert [value for _, value in scalars["val/loss"]] == [float32(loss) for loss in reference.val_losses]
+    assert [step for step, _ in scalars["val/loss"]] == [
+        epoch * steps_per_epoch for epoch in range(1, EPOCHS + 1)
+    ]
+    logged_lrs = [value for _, value in scalars["train/lr"]]
+    assert logged_lrs == [float32(lr) for lr in reference.lrs]
+    assert reduced_at(reference.lrs, steps_per_epoch)  # the plateau rule acted in this run
+    assert reduced_at(logged_lrs, steps_per_epoch) == reduced_at(reference.lrs, steps_per_epoch)
+    saved = torch.load(run_dir / "checkpoints" / "last.pt")["model_state_dict"]
+    assert saved.keys() == model.state_dict().keys()
+    for name, value in model.state_dict().items():
+        assert torch.equal(saved[name], value), name
+
+
+@pytest.mark.slow
+def test_the_users_command_line(tmp_path):
+    """From the repository root, as the example's README runs it (its run directory aside)."""
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        "train", "hydra.searchpath=[file://examples/word_lm/conf]", "+experiment=word_lm",
+        "trainer.max_steps=3", f"hydra.run.dir={run_dir}",
+        cwd=REPO, env={"PYTHONPATH": "examples/word_lm"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    scalars = read_scalars(run_dir)
+    assert [step for step, _ in scalars["val/ppl"]] == [2, 3]  # the first epoch's end, and the run's end
+    assert scalars["val/ppl"][-1][1] > 1
