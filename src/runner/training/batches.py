@@ -147,6 +147,19 @@ def forward(model: Callable, batch: Any, loss_fn: Callable, target_key: str = "l
         inputs, targets = batch
         outputs = model(inputs)
         return Forward(loss_fn(outputs, targets), outputs, targets)
+    check_structure(batch, loss_fn, target_key)
+    mapping = as_mapping(batch)
+    outputs, targets = model(**mapping), mapping[target_key]
+    logits = logits_of(outputs)
+    return Forward(loss_fn(outputs if logits is None else logits, targets), outputs, targets)
+
+
+def check_structure(batch: Any, loss_fn: Callable, target_key: str = "labels") -> None:
+    """The :class:`BatchError` :func:`forward` would raise for this batch, without running the model
+    (doctor's first check)."""
+    count_samples(batch, target_key)
+    if isinstance(loss_fn, ModelLoss) or is_pair(batch):
+        return
     mapping = as_mapping(batch)
     if mapping is None:
         raise BatchError(f"a batch of {describe(batch)} cannot be used with loss={loss_name(loss_fn)}; "
@@ -157,9 +170,6 @@ def forward(model: Callable, batch: Any, loss_fn: Callable, target_key: str = "l
             f"loss={loss_name(loss_fn)}; set data.target_key to the key holding the targets, or use "
             "loss=from_model for a model that computes its own loss"
         )
-    outputs, targets = model(**mapping), mapping[target_key]
-    logits = logits_of(outputs)
-    return Forward(loss_fn(outputs if logits is None else logits, targets), outputs, targets)
 
 
 def loss_name(loss_fn: Callable) -> str:

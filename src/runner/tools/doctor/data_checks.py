@@ -2,7 +2,6 @@
 engine's own ``forward`` (``runner.training.batches``), so every batch form the engine takes is
 checked as ``train`` would use it."""
 
-import contextlib
 from typing import Any
 
 import torch
@@ -23,6 +22,7 @@ from runner.training.batches import (
     BatchError,
     ModelLoss,
     as_mapping,
+    check_structure,
     count_samples,
     describe,
     forward,
@@ -48,22 +48,6 @@ def summarize(value: Any) -> str:
     return text
 
 
-class _ModelReached(Exception):
-    """The batch got as far as the model call: the engine can use its structure."""
-
-
-def _stop_at_model(*args: Any, **kwargs: Any) -> Any:
-    raise _ModelReached
-
-
-def check_usable(batch: Any, loss_fn: Any, target_key: str) -> None:
-    """Raises the engine's own ``BatchError`` for a batch it cannot use. The model is not run: what
-    it raises is check 2's finding."""
-    count_samples(batch, target_key)
-    with contextlib.suppress(_ModelReached):
-        forward(_stop_at_model, batch, loss_fn, target_key)
-
-
 def check_batch(probe: Probe) -> Finding:
     setup = probe.setup
     try:
@@ -76,7 +60,7 @@ def check_batch(probe: Probe) -> Finding:
         )
     batch = to_device(batch, setup.device)
     try:
-        check_usable(batch, setup.loss_fn, setup.target_key)
+        check_structure(batch, setup.loss_fn, setup.target_key)
     except BatchError as error:
         return Finding(
             FAIL,
