@@ -377,3 +377,21 @@ def test_validation_logging_and_checkpoints_never_change_the_training(run, tmp_p
     assert read_scalars(varied)["train/loss"] == expected and len(expected) == 15
     if (varied / "checkpoints" / "last.pt").exists():
         assert same_weights(weights(reference), weights(varied))
+
+
+def test_accuracy_reads_the_class_dimension_of_either_layout_and_shifts_for_causal_models():
+    from runner.training.metrics import Accuracy
+
+    labels = torch.tensor([[-100, 1, 2, 3]])
+    next_token = torch.zeros(1, 4, 5)  # transformers' (N, T, V): position t scores label t+1
+    for position, token in enumerate([1, 2, 3]):
+        next_token[0, position, token] = 1.0
+    shifted, plain, torch_layout = Accuracy(shift=True), Accuracy(), Accuracy()
+    shifted.update(next_token, labels)
+    plain.update(next_token, labels)
+    class_first = torch.zeros(1, 5, 3)  # torch's (N, C, T), against targets (N, T) = [[1, 2, 3]]
+    for position, token in enumerate([1, 2, 0]):  # the last one wrong
+        class_first[0, token, position] = 1.0
+    torch_layout.update(class_first, labels[:, 1:])
+    assert shifted.compute().item() == 1.0 and plain.compute().item() == 0.0
+    assert torch_layout.compute().item() == pytest.approx(2 / 3)

@@ -34,13 +34,18 @@ def predicted_classes(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor
 class Accuracy:
     """The share of class predictions equal to their targets (targets equal to ``ignore_index`` are
     not counted), summed over every process. Batches that are not class scores against integer
-    targets (a regression) are not counted; with none, the metric is not logged."""
+    targets (a regression) are not counted; with none, the metric is not logged. ``shift=True`` is
+    next-token accuracy for a causal language model whose labels are its inputs (transformers'
+    convention): position t's scores against label t+1, as the model's own loss shifts them."""
 
-    def __init__(self, ignore_index: int = -100) -> None:
+    def __init__(self, ignore_index: int = -100, shift: bool = False) -> None:
         self.ignore_index = ignore_index
+        self.shift = shift
         self.reset()
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        if self.shift:
+            preds, target = preds[:, :-1], target[:, 1:]
         predicted = predicted_classes(preds, target)
         if predicted is None:
             return
