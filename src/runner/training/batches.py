@@ -147,8 +147,9 @@ def forward(model: Callable, batch: Any, loss_fn: Callable, target_key: str = "l
         inputs, targets = batch
         outputs = model(inputs)
         return Forward(loss_fn(outputs, targets), outputs, targets)
-    check_structure(batch, loss_fn, target_key)
     mapping = as_mapping(batch)
+    if mapping is None or target_key not in mapping:
+        check_structure(batch, loss_fn, target_key)  # raises the error that says what is wrong
     outputs, targets = model(**mapping), mapping[target_key]
     logits = logits_of(outputs)
     return Forward(loss_fn(outputs if logits is None else logits, targets), outputs, targets)
