@@ -1,6 +1,8 @@
 """Bad input through the real CLI: non-zero exit, one line naming key, value and what is allowed,
 no traceback, and nothing in the run directory beyond Hydra's own files."""
 
+from pathlib import Path
+
 import pytest
 from conftest import run_cli
 
@@ -74,3 +76,40 @@ def test_cfg_job_prints_the_config_and_writes_nothing(tmp_path):
     assert "clip: 0.5" in result.stdout
     assert "_target_: runner.data.load_digits" in result.stdout
     assert not (tmp_path / "outputs").exists()
+
+
+PLUGINS = Path(__file__).parent / "plugins"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            ("data=classification", "data.dataset._target_=any_model.triples", "~data.dataset.num_features",
+             "~data.dataset.num_classes", "~data.dataset.seed", "data.input_shape=[6]", "data.num_outputs=3"),
+            "a batch of list of 3 (Tensor[32, 6] float32, Tensor[32] int64, Tensor[32] float32) cannot be "
+            "used with loss=CrossEntropyLoss",
+        ),
+        (("metrics=perplexity", "checkpoint.monitor=val/acc", "checkpoint.mode=max"),
+         "checkpoint.monitor=val/acc is not logged by this run; it logs val/loss, val/ppl"),
+        (("callbacks=early_stopping", "callbacks.early_stopping.monitor=val/f1"),
+         "callbacks.early_stopping.monitor=val/f1 is not logged by this run"),
+        (("scheduler=plateau", "scheduler.interval=fortnight"),
+         "scheduler.interval=fortnight is not allowed; scheduler.interval must be one of step, epoch"),
+        (("+data.collate_fn=3",), "data.collate_fn=3 has no _target_"),
+        (("data=classification", "data.dataset.num_train=4", "data.drop_last=true"),
+         "an epoch has no batch: with data.drop_last=true"),
+    ],
+    ids=["unusable-batch", "monitor-not-logged", "callback-monitor", "scheduler-interval", "collate-fn",
+         "drop-last-empties-the-epoch"],
+)  # fmt: skip
+def test_a_contract_mistake_is_one_line_and_writes_nothing(tmp_path, overrides, expected):
+    run_dir = tmp_path / "run"
+    result = run_cli("train", *overrides, f"hydra.run.dir={run_dir}", cwd=tmp_path, timeout=60,
+                     env={"PYTHONPATH": str(PLUGINS)})  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(error_lines) == 1 and expected in error_lines[0], result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    written = {path.name for path in run_dir.iterdir()} if run_dir.exists() else set()
+    assert written <= HYDRA_OWN

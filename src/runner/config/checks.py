@@ -66,7 +66,8 @@ def validate_config(config: RunConfig) -> None:
             if not has_target(spec):
                 raise ConfigError(
                     f"{section}.{name}={show(spec)} has no _target_; each entry of {section} must be a "
-                    f"config with a _target_ (pick them with {section}=[NAME,...])"
+                    f"config with a _target_ (pick them with {section}=[NAME,...]; values set for "
+                    f"{section}.{name} stay when {section}=... leaves its option out)"
                 )
     if config.data.collate_fn is not None and not has_target(config.data.collate_fn):
         raise ConfigError(

@@ -25,7 +25,14 @@ from runner.config.schema import HPARAM_KEYS, RunConfig
 from runner.config.typed import as_dict, flatten
 from runner.data.loading import batches_per_epoch
 from runner.experiment.resume import check_resume_compatible, check_world_size
-from runner.experiment.setup import Build, build_named, build_optimizer, build_schedule, prepare
+from runner.experiment.setup import (
+    Build,
+    build_named,
+    build_optimizer,
+    build_schedule,
+    check_batch_form,
+    prepare,
+)
 from runner.observe.records import record_split, write_run_record
 from runner.observe.runplan import run_plan
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
@@ -105,6 +112,7 @@ def train(
     else:
         seed = draw_seed() if config.seed is None else config.seed
     prepared = prepare(config, build, seed, process)
+    check_batch_form(prepared, config.data.target_key)
     device, precision, parts = prepared.device, prepared.precision, prepared.parts
     model = parts.model
     speed = apply_speed_settings(
