@@ -338,16 +338,20 @@ def test_a_stream_needs_max_steps(run):
 
 
 @pytest.mark.parametrize("with_state", [False, True], ids=["skipping", "own-state"])
-def test_resume_continues_the_stream(run, tmp_path, with_state):
+@pytest.mark.parametrize("stopped_at", [4, 3], ids=["mid-pass", "after-a-pass's-last-batch"])
+def test_resume_continues_the_stream(run, tmp_path, with_state, stopped_at):
+    """40 items in batches of 16: 3 per pass. Stopped at step 3, the run had read the pass's last batch
+    but not yet seen the stream end: the resumed pass has nothing left and the epoch ends there."""
     dataset = {"_target_": f"{PLUGIN}.stream", "with_state": with_state}
-    common = ("trainer.max_epochs=null", "checkpoint.every_n_steps=2", "trainer.val_every_n_epochs=null",
-              "trainer.val_every_n_steps=4")  # fmt: skip
+    common = ("trainer.max_epochs=null", "checkpoint.every_n_steps=1", "trainer.val_every_n_steps=4")
     straight = run(*common, "trainer.max_steps=8", model="mlp", dataset=dataset, run_dir=tmp_path / "a")
-    run(*common, "trainer.max_steps=4", model="mlp", dataset=dataset, run_dir=tmp_path / "b")
+    run(*common, f"trainer.max_steps={stopped_at}", model="mlp", dataset=dataset, run_dir=tmp_path / "b")
     resumed = run(*common, "trainer.max_steps=8", f"resume={tmp_path / 'b'}", model="mlp", dataset=dataset,
                   run_dir=tmp_path / "b")  # fmt: skip
     assert same_weights(weights(straight), weights(resumed))
     assert read_scalars(straight)["train/loss"] == read_scalars(resumed)["train/loss"]
+    # By step: the first part's final validation at step 3 is the resumed pass's epoch-end one again.
+    assert dict(read_scalars(straight)["val/loss"]) == dict(read_scalars(resumed)["val/loss"])
     saved = torch.load(tmp_path / "b" / "checkpoints" / "last.pt")
     assert ("dataset_state_dict" in saved) == with_state
 

@@ -228,7 +228,7 @@ def fit(
     resuming = True  # the first epoch may continue part-way through
     while state.step < total_steps and (settings.max_epochs is None or state.epoch < settings.max_epochs):
         skip = state.batches_done_in_epoch if resuming and not loaders.stream_state_restored else 0
-        resuming, epoch_had_batches = False, False
+        resumed_pass, resuming, epoch_had_batches = resuming and state.batches_done_in_epoch > 0, False, False
         batches = epoch_batches(loaders.train, loaders.sampler, state.epoch, skip)
         for window in accumulation_windows(batches, settings.micro_batches_per_step):
             epoch_had_batches = True
@@ -271,8 +271,8 @@ def fit(
                 break
             if context.stop_reason is not None or state.step >= total_steps or epoch_ended:
                 break
-        else:  # a stream ran out: its epoch (one pass) ended
-            if not epoch_had_batches:
+        else:  # a stream ran out: its epoch (one pass) ended (a resumed pass may have had nothing left)
+            if not epoch_had_batches and not resumed_pass:
                 raise UserError(
                     f"the training stream yielded no batch in epoch {state.epoch}; a stream must yield "
                     "at least one batch per pass"
