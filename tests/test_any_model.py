@@ -338,11 +338,12 @@ def test_a_stream_needs_max_steps(run):
 
 
 @pytest.mark.parametrize("with_state", [False, True], ids=["skipping", "own-state"])
-@pytest.mark.parametrize("stopped_at", [4, 3], ids=["mid-pass", "after-a-pass's-last-batch"])
-def test_resume_continues_the_stream(run, tmp_path, with_state, stopped_at):
-    """40 items in batches of 16: 3 per pass. Stopped at step 3, the run had read the pass's last batch
-    but not yet seen the stream end: the resumed pass has nothing left and the epoch ends there."""
-    dataset = {"_target_": f"{PLUGIN}.stream", "with_state": with_state}
+@pytest.mark.parametrize("stopped_at", [4, 3], ids=["mid-pass", "at-a-pass-end"])
+@pytest.mark.parametrize("length", [40, 48], ids=["short-last-batch", "whole-batches"])
+def test_resume_continues_the_stream(run, tmp_path, with_state, stopped_at, length):
+    """Batches of 16: 3 per pass. Stopped at step 3, the pass has just ended (its end is known at its
+    last step, whether the last batch is short or whole): the resumed run starts the next pass."""
+    dataset = {"_target_": f"{PLUGIN}.stream", "with_state": with_state, "num_train": length}
     common = ("trainer.max_epochs=null", "checkpoint.every_n_steps=1", "trainer.val_every_n_steps=4")
     straight = run(*common, "trainer.max_steps=8", model="mlp", dataset=dataset, run_dir=tmp_path / "a")
     run(*common, f"trainer.max_steps={stopped_at}", model="mlp", dataset=dataset, run_dir=tmp_path / "b")
@@ -350,8 +351,10 @@ def test_resume_continues_the_stream(run, tmp_path, with_state, stopped_at):
                   run_dir=tmp_path / "b")  # fmt: skip
     assert same_weights(weights(straight), weights(resumed))
     assert read_scalars(straight)["train/loss"] == read_scalars(resumed)["train/loss"]
-    # By step: the first part's final validation at step 3 is the resumed pass's epoch-end one again.
-    assert dict(read_scalars(straight)["val/loss"]) == dict(read_scalars(resumed)["val/loss"])
+    assert read_scalars(straight)["val/loss"] == read_scalars(resumed)["val/loss"]
+    position = ("global_step", "epoch", "batches_done_in_epoch")
+    first, second = (torch.load(d / "checkpoints" / "last.pt") for d in (straight, resumed))
+    assert [first[key] for key in position] == [second[key] for key in position] == [8, 2, 2]
     saved = torch.load(tmp_path / "b" / "checkpoints" / "last.pt")
     assert ("dataset_state_dict" in saved) == with_state
 

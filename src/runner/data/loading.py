@@ -1,5 +1,6 @@
 """DataLoaders built by the engine's side, so it controls batching, order, seeding and sharding."""
 
+import copy
 import itertools
 import math
 from collections.abc import Callable, Iterator
@@ -122,3 +123,37 @@ def epoch_batches(
     if hasattr(loader.dataset, "set_epoch"):
         loader.dataset.set_epoch(epoch)
     return itertools.islice(iter(loader), skip_batches, None)
+
+
+class StreamPosition:
+    """A stream's own state (its ``state_dict``) as of the batches trained, not as of the batches
+    read ahead: what a checkpoint saves, so a resumed run reads on from exactly there."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self.trained: Any = None
+
+    def read(self) -> Any:
+        return copy.deepcopy(self.dataset.state_dict())
+
+    def state_dict(self) -> Any:
+        return self.trained if self.trained is not None else self.read()
+
+    def load_state_dict(self, state: Any) -> None:
+        self.dataset.load_state_dict(state)
+
+
+def read_ahead(windows: Iterator[list], position: StreamPosition | None) -> Iterator[tuple[list, bool]]:
+    """Each window of a stream with whether it is the pass's last, known by reading the next one
+    first: the pass ends at its last step, as a map-style epoch does. ``position`` (a stream that
+    keeps its own state) is set to the state after each window as it is trained, and after the end
+    of the pass for the last one."""
+    window = next(windows, None)
+    state = position.read() if position else None
+    while window is not None:
+        following = next(windows, None)
+        following_state = position.read() if position else None
+        if position is not None:
+            position.trained = following_state if following is None else state
+        yield window, following is None
+        window, state = following, following_state

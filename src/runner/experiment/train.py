@@ -23,7 +23,7 @@ from runner.checkpoint.policy import Checkpointer, NoCheckpoints, PeriodicCheckp
 from runner.config.errors import show
 from runner.config.schema import HPARAM_KEYS, RunConfig
 from runner.config.typed import as_dict, flatten
-from runner.data.loading import batches_per_epoch
+from runner.data.loading import StreamPosition, batches_per_epoch
 from runner.experiment.resume import check_resume_compatible, check_world_size
 from runner.experiment.setup import (
     Build,
@@ -141,7 +141,8 @@ def train(
     # skipping the batches done (worker processes read copies of the data set, so then it is always that).
     stream = parts.train_set if prepared.train_sampler is None else None
     keeps_position = stream is not None and hasattr(stream, "state_dict") and config.data.num_workers == 0
-    others = {"callbacks": callbacks, **({"dataset": stream} if keeps_position else {})}
+    position = StreamPosition(stream) if keeps_position else None
+    others = {"callbacks": callbacks, **({"dataset": position} if position else {})}
     stateful = Stateful(
         model, optimizer, schedule, precision.scaler, others, lambda: callbacks.averaged_state_dict(model)
     )
@@ -184,7 +185,9 @@ def train(
     if checkpoint is not None:
         restore_rng_states(checkpoint["rng_states"])  # the very last thing before training continues
     stream_restored = keeps_position and checkpoint is not None and "dataset_state_dict" in checkpoint
-    loaders = Loaders(prepared.train_loader, prepared.train_sampler, prepared.val_loader, stream_restored)
+    loaders = Loaders(
+        prepared.train_loader, prepared.train_sampler, prepared.val_loader, stream_restored, position
+    )
     try:
         with GracefulStop() as stop:  # also covers the last save: a second Ctrl-C aborts it
             hooks = Hooks(logger, checkpointer, stop, callbacks)

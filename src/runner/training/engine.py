@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints
 from runner.config.errors import ConfigError, UserError
-from runner.data.loading import EpochSampler, batches_per_epoch, epoch_batches
+from runner.data.loading import EpochSampler, StreamPosition, batches_per_epoch, epoch_batches, read_ahead
 from runner.observe.progress import Progress
 from runner.observe.writer import MetricLogger, NullLogger, to_floats
 from runner.training.callbacks import Callbacks, Context
@@ -50,6 +50,7 @@ class Loaders:
     # A stream whose own state was restored from the checkpoint continues as it is; else a resumed
     # epoch skips the micro-batches it had done.
     stream_state_restored: bool = False
+    stream_position: StreamPosition | None = None  # a stream that keeps its own state
 
 
 class StopFlag(Protocol):
@@ -228,9 +229,15 @@ def fit(
     resuming = True  # the first epoch may continue part-way through
     while state.step < total_steps and (settings.max_epochs is None or state.epoch < settings.max_epochs):
         skip = state.batches_done_in_epoch if resuming and not loaders.stream_state_restored else 0
-        resumed_pass, resuming, epoch_had_batches = resuming and state.batches_done_in_epoch > 0, False, False
+        resuming, epoch_had_batches = False, False
         batches = epoch_batches(loaders.train, loaders.sampler, state.epoch, skip)
-        for window in accumulation_windows(batches, settings.micro_batches_per_step):
+        windows = accumulation_windows(batches, settings.micro_batches_per_step)
+        # A stream's pass ends where it runs out: read one window ahead to know it at its last step.
+        if micro_batches_per_epoch is None:
+            windows = read_ahead(windows, loaders.stream_position)
+        else:
+            windows = ((window, False) for window in windows)
+        for window, stream_ended in windows:
             epoch_had_batches = True
             result = train_step(
                 learner, window, settings.clip_norm, check_finite=settings.on_nonfinite != "off"
@@ -260,7 +267,7 @@ def fit(
                 hooks.callbacks.call("on_step_end", context)
 
             step_validates = bool(settings.val_every_n_steps) and state.step % settings.val_every_n_steps == 0
-            epoch_ended = state.batches_done_in_epoch == micro_batches_per_epoch
+            epoch_ended = stream_ended or state.batches_done_in_epoch == micro_batches_per_epoch
             if epoch_ended:
                 end_epoch(step_validates)
             elif step_validates:
@@ -271,14 +278,11 @@ def fit(
                 break
             if context.stop_reason is not None or state.step >= total_steps or epoch_ended:
                 break
-        else:  # a stream ran out: its epoch (one pass) ended (a resumed pass may have had nothing left)
-            if not epoch_had_batches and not resumed_pass:
-                raise UserError(
-                    f"the training stream yielded no batch in epoch {state.epoch}; a stream must yield "
-                    "at least one batch per pass"
-                )
-            if micro_batches_per_epoch is None:
-                end_epoch(step_validates=False)
+        if not epoch_had_batches:
+            raise UserError(
+                f"the training data yielded no batch in epoch {state.epoch}; a stream must yield at "
+                "least one batch per pass"
+            )
         if state.stopped_by_signal is not None or context.stop_reason is not None:
             break
 
