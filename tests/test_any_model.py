@@ -266,8 +266,11 @@ def recorder(stop_at=None):
 def test_a_callback_sees_every_hook_logs_scalars_and_can_end_the_run(run, recorded, caplog):
     run_dir = run("trainer.max_epochs=3", model="mlp", dataset="pairs", edit=recorder(stop_at=7))
     (callback,) = recorded
+    # The validation that ends the run (step 7, off the per-epoch cadence) is logged, but is not one of
+    # the cadence's: it calls no on_validation_end (nor steps a plateau scheduler).
     assert callback.calls == [("on_train_start", 0), ("on_validation_end", 5), ("on_epoch_end", 1),
-                              ("on_validation_end", 7), ("on_train_end", 7)]  # fmt: skip
+                              ("on_train_end", 7)]  # fmt: skip
+    assert [step for step, _ in read_scalars(run_dir)["val/loss"]] == [5, 7]
     assert [step for step, _ in read_scalars(run_dir)["custom/steps_seen"]] == list(range(1, 8))
     checkpoint = torch.load(run_dir / "checkpoints" / "last.pt")
     assert checkpoint["global_step"] == 7
@@ -402,3 +405,37 @@ def test_accuracy_reads_the_class_dimension_of_either_layout_and_shifts_for_caus
     torch_layout.update(class_first, labels[:, 1:])
     assert shifted.compute().item() == 1.0 and plain.compute().item() == 0.0
     assert torch_layout.compute().item() == pytest.approx(2 / 3)
+
+
+def step_lr_per_epoch(config: RunConfig) -> None:
+    config.scheduler = {"_target_": "torch.optim.lr_scheduler.StepLR", "step_size": 1, "gamma": 0.5,
+                        "interval": "epoch"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("settings", "edit", "stop_at", "limit"),
+    [
+        # Checkpoints written at an epoch's end (best.pt and step_N.pt share one copy) hold the scheduler
+        # as stepped for that epoch.
+        (("optimizer.lr=0.01",), step_lr_per_epoch, "trainer.max_epochs=2", "trainer.max_epochs=3"),
+        # A run that ends between validations validates once more; that one steps no plateau scheduler and
+        # counts for no patience, so a longer run of the same settings continues as if never stopped.
+        (("scheduler=plateau", "scheduler.mode=max", "scheduler.patience=0", "scheduler.factor=0.5",
+          "callbacks=early_stopping", "callbacks.early_stopping.mode=max",
+          "callbacks.early_stopping.patience=9",
+          "trainer.val_every_n_steps=3", "trainer.val_every_n_epochs=null", "checkpoint.every_n_steps=4",
+          "trainer.max_epochs=null"), None, "trainer.max_steps=4", "trainer.max_steps=10"),
+    ],
+    ids=["per-epoch-scheduler", "plateau-and-early-stopping"],
+)  # fmt: skip
+def test_a_run_continued_with_a_longer_limit_equals_one_never_stopped(run, tmp_path, settings, edit, stop_at,
+                                                                      limit):  # fmt: skip
+    straight = run(*settings, limit, model="mlp", dataset="pairs", edit=edit, run_dir=tmp_path / "a")
+    run(*settings, stop_at, model="mlp", dataset="pairs", edit=edit, run_dir=tmp_path / "b")
+    resumed = run(*settings, limit, f"resume={tmp_path / 'b'}", model="mlp", dataset="pairs", edit=edit,
+                  run_dir=tmp_path / "b")  # fmt: skip
+    first, second = (torch.load(d / "checkpoints" / "last.pt") for d in (straight, resumed))
+    assert first["global_step"] == second["global_step"]
+    assert same_weights(first["model_state_dict"], second["model_state_dict"])
+    assert first["scheduler_state_dict"] == second["scheduler_state_dict"]
+    assert first["callbacks_state_dict"] == second["callbacks_state_dict"]

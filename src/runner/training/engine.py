@@ -157,28 +157,33 @@ def validate(
     progress: Progress,
     schedule: Schedule,
     context: Context,
-) -> None:
+    on_cadence: bool = True,
+) -> bool:
+    """Validate, log, and update the best value; return whether it improved. Only a validation on the
+    run's cadence steps a scheduler on it and calls the callbacks: the one that ends a run between two
+    validations must not change what a longer run of the same settings would do."""
     with hooks.callbacks.evaluation_weights(learner.plain_model):
         state.last_val = evaluate(
             learner.model, loader, learner.loss_fn, learner.device, learner.precision,
             learner.channels_last, settings.metrics, learner.target_key,
         )  # fmt: skip
-    if settings.monitor not in state.last_val:
-        raise ConfigError(
-            f"checkpoint.monitor={settings.monitor}, but this run's validation gives only "
-            + ", ".join(state.last_val)
-            + "; monitor one of those"
-        )
+    logged = ", ".join(state.last_val)
+    for key, monitor in (("checkpoint.monitor", settings.monitor), ("scheduler.monitor", schedule.monitor)):
+        if monitor is not None and monitor not in state.last_val:
+            raise ConfigError(
+                f"{key}={monitor}, but this run's validation gives only {logged}; monitor one of those"
+            )
     value = state.last_val[settings.monitor]
     improved = improves(value, state.best_val, settings.monitor_mode)
     if improved:
         state.best_val, state.best_val_step = value, state.step
     hooks.logger.log_scalars(state.step, state.last_val)
     progress.report(state.epoch, state.step, {"train/loss": state.last_train_loss, **state.last_val})
-    schedule.after_validation(state.last_val)
     context.metrics.update(state.last_val)
-    hooks.callbacks.call("on_validation_end", context)
-    hooks.checkpointer.after_validation(state, improved)
+    if on_cadence:
+        schedule.after_validation(state.last_val)
+        hooks.callbacks.call("on_validation_end", context)
+    return improved
 
 
 def fit(
@@ -206,22 +211,25 @@ def fit(
     context = Context(learner.plain_model, learner.optimizer, log_scalar, state.step, state.epoch)
     step_callbacks = hooks.callbacks.has("on_step_end")
 
-    def validate_once() -> None:
+    def validate_once(on_cadence: bool = True) -> bool | None:
+        """``None`` when this step was validated already."""
         nonlocal validated_at_step
-        if validated_at_step != state.step:
-            validate(learner, loaders.val, settings, state, hooks, progress, schedule, context)
-            validated_at_step = state.step
+        if validated_at_step == state.step:
+            return None
+        validated_at_step = state.step
+        return validate(learner, loaders.val, settings, state, hooks, progress, schedule, context, on_cadence)
 
-    def end_epoch(step_validates: bool) -> None:
-        """The position moves to the next epoch first: a checkpoint written by the validation (best.pt)
-        resumes at the next epoch's start."""
+    def end_epoch(step_validates: bool) -> bool | None:
+        """The position moves to the next epoch first: a checkpoint of this moment resumes at the next
+        epoch's start."""
         state.epoch, state.batches_done_in_epoch = state.epoch + 1, 0
         context.epoch = state.epoch
+        improved = None
         if step_validates or (settings.val_every_n_epochs and state.epoch % settings.val_every_n_epochs == 0):
-            validate_once()
+            improved = validate_once()
         schedule.after_epoch()
         hooks.callbacks.call("on_epoch_end", context)
-        hooks.checkpointer.after_epoch(state)
+        return improved
 
     learner.model.train()
     learner.optimizer.zero_grad(set_to_none=True)
@@ -268,10 +276,15 @@ def fit(
 
             step_validates = bool(settings.val_every_n_steps) and state.step % settings.val_every_n_steps == 0
             epoch_ended = stream_ended or state.batches_done_in_epoch == micro_batches_per_epoch
+            improved = (
+                end_epoch(step_validates) if epoch_ended else validate_once() if step_validates else None
+            )
+            # Saves come after everything this step changes (schedulers, callbacks): every file of one
+            # moment holds the same state.
+            if improved is not None:
+                hooks.checkpointer.after_validation(state, improved)
             if epoch_ended:
-                end_epoch(step_validates)
-            elif step_validates:
-                validate_once()
+                hooks.checkpointer.after_epoch(state)
             hooks.checkpointer.after_step(state)
             if hooks.stop is not None and (signal_number := hooks.stop.requested()) is not None:
                 state.stopped_by_signal = signal_number
@@ -287,8 +300,8 @@ def fit(
             break
 
     state.stop_reason = context.stop_reason
-    if state.stopped_by_signal is None:
-        validate_once()
+    if state.stopped_by_signal is None and (improved := validate_once(on_cadence=False)) is not None:
+        hooks.checkpointer.after_validation(state, improved)
     hooks.callbacks.call("on_train_end", context)
     progress.close()
     hooks.logger.flush()
