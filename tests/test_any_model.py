@@ -97,6 +97,15 @@ def test_a_batch_the_engine_cannot_use_is_one_line_naming_what_it_got(run):
     assert "(inputs, targets)" in message and "loss=from_model" in message
 
 
+def test_the_first_batch_is_checked_without_reading_anything_twice(run):
+    """The check that refuses an unusable data set before the run writes anything uses the training
+    iterator itself: one epoch reads each sample once."""
+    run("trainer.max_epochs=1", model="mlp", dataset="counting_pairs")
+    from any_model import CountingPairs
+
+    assert CountingPairs.reads == 70
+
+
 def test_a_dict_batch_without_its_targets_names_data_target_key(run):
     with pytest.raises(BatchError, match=r"no 'target'.*data\.target_key"):
         run("trainer.max_steps=2", model="FeatureModel", dataset="dicts", target_key="target")

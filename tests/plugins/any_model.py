@@ -225,3 +225,18 @@ class Recorder:
 
 
 RECORDED: list[Recorder] = []  # the tests read the recorders of the runs they start
+
+
+class CountingPairs(TensorDataset):
+    """Counts its reads: a data set with its own state (a generator, a cache) sees each read."""
+
+    reads = 0
+
+    def __getitem__(self, index: int):
+        CountingPairs.reads += 1
+        return super().__getitem__(index)
+
+
+def counting_pairs(num_train: int = 70, num_val: int = 30) -> tuple[CountingPairs, TensorDataset]:
+    CountingPairs.reads = 0
+    return CountingPairs(*blobs(num_train, 1)), TensorDataset(*blobs(num_val, 2))

@@ -12,11 +12,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from runner.checkpoint.contents import restore_rng_states, rng_states
 from runner.config.errors import ConfigError, show
 from runner.config.schema import RunConfig
 from runner.data.loading import EpochSampler, make_loaders
-from runner.training.batches import check_structure
 from runner.training.device import resolve_device
 from runner.training.distributed import ProcessInfo
 from runner.training.precision import Precision, resolve_precision
@@ -184,20 +182,3 @@ def build_collate_fn(build: Build, config: RunConfig) -> Callable | None:
             "a function with _partial_: true"
         )
     return collate_fn
-
-
-def check_batch_form(prepared: Prepared, target_key: str) -> None:
-    """The first training batch (in index order), made as the loader makes them, checked against what the
-    engine takes: a data set the engine cannot use stops here with its one-line error, before the run
-    writes anything. The random states are put back (a data set may draw from them). Streams are not
-    peeked at: reading one would consume it."""
-    train_set = prepared.parts.train_set
-    if prepared.train_sampler is None or len(train_set) == 0:
-        return
-    states = rng_states()
-    try:
-        size = min(len(train_set), prepared.train_loader.batch_size)
-        batch = prepared.train_loader.collate_fn([train_set[index] for index in range(size)])
-    finally:
-        restore_rng_states(states)
-    check_structure(batch, prepared.parts.loss_fn, target_key)

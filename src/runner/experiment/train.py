@@ -30,7 +30,6 @@ from runner.experiment.setup import (
     build_named,
     build_optimizer,
     build_schedule,
-    check_batch_form,
     prepare,
 )
 from runner.observe.records import record_split, write_run_record
@@ -38,7 +37,7 @@ from runner.observe.runplan import run_plan
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
 from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job
-from runner.training.engine import Hooks, Loaders, LoopSettings, fit, planned_steps
+from runner.training.engine import Hooks, Loaders, LoopSettings, fit, planned_steps, start_with_checked_batch
 from runner.training.seeding import draw_seed
 from runner.training.signals import GracefulStop
 from runner.training.speed import apply_speed_settings
@@ -112,7 +111,6 @@ def train(
     else:
         seed = draw_seed() if config.seed is None else config.seed
     prepared = prepare(config, build, seed, process)
-    check_batch_form(prepared, config.data.target_key)
     device, precision, parts = prepared.device, prepared.precision, prepared.parts
     model = parts.model
     speed = apply_speed_settings(
@@ -151,7 +149,15 @@ def train(
         stateful.load_state_dicts(checkpoint, found.path)
         state.load_state_dict(checkpoint)
 
-    # Everything is built and loaded: from here on the run writes into its directory.
+    if checkpoint is not None:
+        restore_rng_states(checkpoint["rng_states"])  # nothing draws from them until training continues
+    stream_restored = keeps_position and checkpoint is not None and "dataset_state_dict" in checkpoint
+    loaders = Loaders(
+        prepared.train_loader, prepared.train_sampler, prepared.val_loader, stream_restored, position
+    )
+    loaders.started = start_with_checked_batch(loaders, state, parts.loss_fn, config.data.target_key)
+
+    # Everything is built and loaded, and the data fits: from here on the run writes into its directory.
     resumed_from = f"{found.path} (step {state.step}, epoch {state.epoch})" if found else None
     plan = run_plan(
         config, device, precision, seed, total_steps, steps_per_epoch, run_dir, resumed_from, speed.notes,
@@ -182,12 +188,6 @@ def train(
                 "config": plain_config, "label_mapping": getattr(parts.train_set, "classes", None),
             })  # fmt: skip
     logger.log_text("run/plan", plan)
-    if checkpoint is not None:
-        restore_rng_states(checkpoint["rng_states"])  # the very last thing before training continues
-    stream_restored = keeps_position and checkpoint is not None and "dataset_state_dict" in checkpoint
-    loaders = Loaders(
-        prepared.train_loader, prepared.train_sampler, prepared.val_loader, stream_restored, position
-    )
     try:
         with GracefulStop() as stop:  # also covers the last save: a second Ctrl-C aborts it
             hooks = Hooks(logger, checkpointer, stop, callbacks)

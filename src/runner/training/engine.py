@@ -5,8 +5,10 @@ The loop calls its policies at fixed points (checkpointing, logging, the stop fl
 for itself whether to act.
 """
 
+import itertools
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,6 +20,7 @@ from runner.config.errors import ConfigError, UserError
 from runner.data.loading import EpochSampler, StreamPosition, batches_per_epoch, epoch_batches, read_ahead
 from runner.observe.progress import Progress
 from runner.observe.writer import MetricLogger, NullLogger, to_floats
+from runner.training.batches import check_structure
 from runner.training.callbacks import Callbacks, Context
 from runner.training.metrics import Accuracy
 from runner.training.schedules import Schedule
@@ -51,6 +54,29 @@ class Loaders:
     # epoch skips the micro-batches it had done.
     stream_state_restored: bool = False
     stream_position: StreamPosition | None = None  # a stream that keeps its own state
+    # The first epoch's batches, already started by the caller (:func:`start_with_checked_batch`).
+    started: Iterator[Any] | None = None
+
+
+def first_epoch_batches(loaders: Loaders, state: TrainState) -> Iterator[Any]:
+    """The epoch the run stands in, from where it stands: a resumed epoch skips the micro-batches it
+    had done, unless the stream's own state was restored."""
+    skip = 0 if loaders.stream_state_restored else state.batches_done_in_epoch
+    return epoch_batches(loaders.train, loaders.sampler, state.epoch, skip)
+
+
+def start_with_checked_batch(
+    loaders: Loaders, state: TrainState, loss_fn: Any, target_key: str
+) -> Iterator[Any]:
+    """Start the first epoch and check its first batch against what the engine takes, so a data set it
+    cannot use is refused (one line) before the run writes anything. The same iterator then trains:
+    nothing is read twice, no random state moves."""
+    batches = first_epoch_batches(loaders, state)
+    first = next(batches, None)
+    if first is None:
+        return iter(())
+    check_structure(first, loss_fn, target_key)
+    return itertools.chain([first], batches)
 
 
 class StopFlag(Protocol):
@@ -234,11 +260,13 @@ def fit(
     learner.model.train()
     learner.optimizer.zero_grad(set_to_none=True)
     hooks.callbacks.call("on_train_start", context)
-    resuming = True  # the first epoch may continue part-way through
+    first_epoch = True  # it may continue part-way through, and may have been started by the caller
     while state.step < total_steps and (settings.max_epochs is None or state.epoch < settings.max_epochs):
-        skip = state.batches_done_in_epoch if resuming and not loaders.stream_state_restored else 0
-        resuming, epoch_had_batches = False, False
-        batches = epoch_batches(loaders.train, loaders.sampler, state.epoch, skip)
+        if first_epoch:
+            batches = loaders.started if loaders.started is not None else first_epoch_batches(loaders, state)
+        else:
+            batches = epoch_batches(loaders.train, loaders.sampler, state.epoch, skip_batches=0)
+        first_epoch, epoch_had_batches = False, False
         windows = accumulation_windows(batches, settings.micro_batches_per_step)
         # A stream's pass ends where it runs out: read one window ahead to know it at its last step.
         if micro_batches_per_epoch is None:
