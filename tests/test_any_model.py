@@ -371,6 +371,20 @@ def test_resume_continues_the_stream(run, tmp_path, with_state, stopped_at, leng
     assert ("dataset_state_dict" in saved) == with_state
 
 
+def test_a_stream_read_by_workers_resumes_exactly(run, tmp_path):
+    """Each pass starts the workers afresh, told the epoch, seeded by (seed, epoch): the resumed
+    pass's worker draws the same noise as the interrupted one did."""
+    common = ("trainer.max_epochs=null", "checkpoint.every_n_steps=1", "data.num_workers=1")
+    straight = run(
+        *common, "trainer.max_steps=7", model="mlp", dataset="noisy_stream", run_dir=tmp_path / "a"
+    )
+    run(*common, "trainer.max_steps=4", model="mlp", dataset="noisy_stream", run_dir=tmp_path / "b")
+    resumed = run(*common, "trainer.max_steps=7", f"resume={tmp_path / 'b'}", model="mlp",
+                  dataset="noisy_stream", run_dir=tmp_path / "b")  # fmt: skip
+    assert same_weights(weights(straight), weights(resumed))
+    assert read_scalars(straight)["train/loss"] == read_scalars(resumed)["train/loss"]
+
+
 # 8. Validation, logging and checkpointing never change the training
 
 

@@ -240,3 +240,20 @@ class CountingPairs(TensorDataset):
 def counting_pairs(num_train: int = 70, num_val: int = 30) -> tuple[CountingPairs, TensorDataset]:
     CountingPairs.reads = 0
     return CountingPairs(*blobs(num_train, 1)), TensorDataset(*blobs(num_val, 2))
+
+
+class EpochNoiseStream(Stream):
+    """Each pass adds noise drawn in the reading process (a worker) and shifts by the epoch it was told."""
+
+    epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        for inputs, label in super().__iter__():
+            yield inputs + 0.1 * torch.randn(NUM_FEATURES) + self.epoch, label
+
+
+def noisy_stream(num_train: int = 40, num_val: int = 16):
+    return EpochNoiseStream(num_train, 1), TensorDataset(*blobs(num_val, 2))

@@ -68,10 +68,13 @@ def make_loader(
     collate_fn: Callable | None = None,
 ) -> DataLoader:
     """A loader with its own generator: starting it draws nothing from the global random state (the
-    workers' base seed comes from the generator), so validating never changes the training."""
+    workers' base seed comes from the generator), so validating never changes the training. A
+    stream's workers are started afresh each pass, so each pass's copy of the data set carries its
+    ``set_epoch``."""
     return DataLoader(
         dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
-        persistent_workers=num_workers > 0, drop_last=drop_last, collate_fn=collate_fn,
+        persistent_workers=num_workers > 0 and not is_stream(dataset), drop_last=drop_last,
+        collate_fn=collate_fn,
         generator=torch.Generator().manual_seed(seed),
     )  # fmt: skip
 
@@ -112,16 +115,18 @@ def batches_per_epoch(loader: DataLoader, sampler: EpochSampler | None) -> int |
 
 
 def epoch_batches(
-    loader: DataLoader, sampler: EpochSampler | None, epoch: int, skip_batches: int
+    loader: DataLoader, sampler: EpochSampler | None, epoch: int, skip_batches: int, seed: int = 0
 ) -> Iterator[Any]:
     """The epoch's batches from ``skip_batches`` on. A map-style set starts its order there; a
     stream is read from its start and the skipped batches discarded (a stream with a ``set_epoch``
-    method is told the epoch first)."""
+    method is told the epoch first, and its workers' seeds depend only on ``(seed, epoch)``, so a
+    resumed pass reads what the interrupted one did)."""
     if sampler is not None:
         sampler.set_epoch(epoch, skip_samples=skip_batches * loader.batch_size)
         return iter(loader)
     if hasattr(loader.dataset, "set_epoch"):
         loader.dataset.set_epoch(epoch)
+    loader.generator.manual_seed(seed + epoch)
     return itertools.islice(iter(loader), skip_batches, None)
 
 

@@ -153,7 +153,7 @@ def train(
         restore_rng_states(checkpoint["rng_states"])  # nothing draws from them until training continues
     stream_restored = keeps_position and checkpoint is not None and "dataset_state_dict" in checkpoint
     loaders = Loaders(
-        prepared.train_loader, prepared.train_sampler, prepared.val_loader, stream_restored, position
+        prepared.train_loader, prepared.train_sampler, prepared.val_loader, stream_restored, position, seed
     )
     loaders.started = start_with_checked_batch(loaders, state, parts.loss_fn, config.data.target_key)
 

@@ -54,6 +54,7 @@ class Loaders:
     # epoch skips the micro-batches it had done.
     stream_state_restored: bool = False
     stream_position: StreamPosition | None = None  # a stream that keeps its own state
+    seed: int = 0  # the run's: a stream's worker seeds per pass derive from it
     # The first epoch's batches, already started by the caller (:func:`start_with_checked_batch`).
     started: Iterator[Any] | None = None
 
@@ -62,7 +63,7 @@ def first_epoch_batches(loaders: Loaders, state: TrainState) -> Iterator[Any]:
     """The epoch the run stands in, from where it stands: a resumed epoch skips the micro-batches it
     had done, unless the stream's own state was restored."""
     skip = 0 if loaders.stream_state_restored else state.batches_done_in_epoch
-    return epoch_batches(loaders.train, loaders.sampler, state.epoch, skip)
+    return epoch_batches(loaders.train, loaders.sampler, state.epoch, skip, loaders.seed)
 
 
 def start_with_checked_batch(
@@ -265,7 +266,7 @@ def fit(
         if first_epoch:
             batches = loaders.started if loaders.started is not None else first_epoch_batches(loaders, state)
         else:
-            batches = epoch_batches(loaders.train, loaders.sampler, state.epoch, skip_batches=0)
+            batches = epoch_batches(loaders.train, loaders.sampler, state.epoch, 0, loaders.seed)
         first_epoch, epoch_had_batches = False, False
         windows = accumulation_windows(batches, settings.micro_batches_per_step)
         # A stream's pass ends where it runs out: read one window ahead to know it at its last step.
