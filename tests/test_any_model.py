@@ -462,3 +462,12 @@ def test_a_run_continued_with_a_longer_limit_equals_one_never_stopped(run, tmp_p
     assert same_weights(first["model_state_dict"], second["model_state_dict"])
     assert first["scheduler_state_dict"] == second["scheduler_state_dict"]
     assert first["callbacks_state_dict"] == second["callbacks_state_dict"]
+
+
+def test_a_scheduler_built_for_the_planned_steps_refuses_a_longer_resume(run, tmp_path):
+    from runner.checkpoint.files import CheckpointError
+
+    run("scheduler=onecycle", "trainer.max_epochs=2", model="mlp", dataset="pairs", run_dir=tmp_path / "a")
+    with pytest.raises(CheckpointError, match=r"planned total_steps 10 -> 15; resume with the original"):
+        run("scheduler=onecycle", "trainer.max_epochs=3", f"resume={tmp_path / 'a'}", model="mlp",
+            dataset="pairs", run_dir=tmp_path / "a")  # fmt: skip

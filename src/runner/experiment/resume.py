@@ -34,3 +34,18 @@ def check_world_size(saved: int, current: int, path: Path) -> None:
             f"resume={path}: saved by {saved} process(es), resumed with {current}; "
             "the data order depends on the world size: resume with the same number"
         )
+
+
+def check_planned_values(
+    scheduler: dict[str, Any], saved: dict[str, int | None] | None, current: dict[str, int | None], path: Path
+) -> None:
+    """A scheduler built from the run's planned values (``${total_steps}``) keeps them in its state: a
+    resumed run with another plan (a longer ``trainer.max_steps``) would step past its end."""
+    used = [name for name in current if any(f"${{{name}}}" in str(value) for value in scheduler.values())]
+    changed = [f"{name} {saved.get(name)} -> {current[name]}" for name in used
+               if saved is not None and saved.get(name) != current[name]]  # fmt: skip
+    if changed:
+        raise CheckpointError(
+            f"resume={path}: the scheduler was built for the run's planned {', '.join(changed)}; "
+            "resume with the original trainer.max_steps / trainer.max_epochs, or start a new run"
+        )

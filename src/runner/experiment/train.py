@@ -24,7 +24,7 @@ from runner.config.errors import show
 from runner.config.schema import HPARAM_KEYS, RunConfig
 from runner.config.typed import as_dict, flatten
 from runner.data.loading import StreamPosition, batches_per_epoch
-from runner.experiment.resume import check_resume_compatible, check_world_size
+from runner.experiment.resume import check_planned_values, check_resume_compatible, check_world_size
 from runner.experiment.setup import (
     Build,
     build_named,
@@ -134,6 +134,9 @@ def train(
         None if micro_batches_per_epoch is None
         else math.ceil(micro_batches_per_epoch / settings.micro_batches_per_step)
     )  # fmt: skip
+    planned = {"total_steps": total_steps, "steps_per_epoch": steps_per_epoch}
+    if checkpoint is not None:
+        check_planned_values(config.scheduler, checkpoint.get("planned"), planned, found.path)
     schedule = build_schedule(build, config.scheduler, optimizer, total_steps, steps_per_epoch)
     # A stream that keeps its own position is saved with the checkpoints; other streams are resumed by
     # skipping the batches done (worker processes read copies of the data set, so then it is always that).
@@ -186,6 +189,7 @@ def train(
             checkpointer = make_checkpointer(config, run_dir, stateful, logger, {
                 "monitor": config.checkpoint.monitor, "seed": seed, "world_size": process.world_size,
                 "config": plain_config, "label_mapping": getattr(parts.train_set, "classes", None),
+                "planned": planned,
             })  # fmt: skip
     logger.log_text("run/plan", plan)
     try:
