@@ -471,3 +471,16 @@ def test_a_scheduler_built_for_the_planned_steps_refuses_a_longer_resume(run, tm
     with pytest.raises(CheckpointError, match=r"planned total_steps 10 -> 15; resume with the original"):
         run("scheduler=onecycle", "trainer.max_epochs=3", f"resume={tmp_path / 'a'}", model="mlp",
             dataset="pairs", run_dir=tmp_path / "a")  # fmt: skip
+
+
+def test_a_callback_state_a_checkpoint_cannot_hold_is_named_before_the_run_writes(run, tmp_path):
+    from runner.checkpoint.files import CheckpointError
+
+    def add(config: RunConfig) -> None:
+        config.callbacks["recent"] = {"_target_": f"{PLUGIN}.RecentLosses"}
+
+    with pytest.raises(
+        CheckpointError, match=r"callbacks_state_dict\['recent'\]\['recent'\] is a collections\.deque"
+    ):
+        run("trainer.max_steps=2", model="mlp", dataset="pairs", edit=add)
+    assert list((tmp_path / "run").iterdir()) == []

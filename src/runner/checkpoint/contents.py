@@ -48,6 +48,31 @@ def versions() -> dict[str, str]:
     return {"runner": runner.__version__, "torch": str(torch.__version__), "format": str(FORMAT_VERSION)}
 
 
+LOADABLE_LEAVES = (torch.Tensor, torch.dtype, torch.device, torch.Size)
+PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+def check_loadable(value: Any, where: str) -> None:
+    """A checkpoint is loaded with ``weights_only=True``: only tensors, plain numbers and strings, and
+    lists, tuples and dicts of them. A state that holds anything else (a numpy number, a deque) is
+    named when it is saved, not discovered when every checkpoint of the run is refused."""
+    if type(value) in PLAIN or isinstance(value, LOADABLE_LEAVES):
+        return
+    if type(value) in (list, tuple):
+        for index, item in enumerate(value):
+            check_loadable(item, f"{where}[{index}]")
+        return
+    if isinstance(value, dict) and type(value).__module__ in ("builtins", "collections"):
+        for key, item in value.items():
+            check_loadable(key, f"{where} key {key!r}")
+            check_loadable(item, f"{where}[{key!r}]")
+        return
+    raise CheckpointError(
+        f"{where} is a {type(value).__module__}.{type(value).__qualname__}; a checkpoint holds only tensors, "
+        "numbers, strings, and lists, tuples and dicts of them (convert it: float(), list(), .tolist())"
+    )
+
+
 @dataclass
 class Stateful:
     """The live objects whose state dicts a checkpoint holds, under the template's key names."""
@@ -70,6 +95,8 @@ class Stateful:
             "scaler_state_dict": self.scaler.state_dict(),
             **{f"{name}_state_dict": item.state_dict() for name, item in self.others.items()},
         }
+        for name in self.others:
+            check_loadable(states[f"{name}_state_dict"], f"{name}_state_dict")
         if (averaged := self.averaged_weights()) is not None:
             states["averaged_model_state_dict"] = averaged
         return states

@@ -16,7 +16,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 import runner
-from runner.checkpoint.contents import Stateful, checkpoint_payload, restore_rng_states
+from runner.checkpoint.contents import Stateful, check_loadable, checkpoint_payload, restore_rng_states
 from runner.checkpoint.files import CHECKPOINT_DIR
 from runner.checkpoint.locate import Found, locate_checkpoint, own_checkpoint
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints, PeriodicCheckpointer
@@ -128,6 +128,7 @@ def train(
     )  # fmt: skip
     settings = loop_settings(config, build_named(build, "metrics", config.metrics))
     callbacks = Callbacks(build_named(build, "callbacks", config.callbacks))
+    check_loadable(callbacks.state_dict(), "callbacks_state_dict")  # before anything is written
     micro_batches_per_epoch = batches_per_epoch(prepared.train_loader, prepared.train_sampler)
     total_steps = planned_steps(settings, micro_batches_per_epoch)
     steps_per_epoch = (
