@@ -166,6 +166,9 @@ class RunConfig:
     )
 
 
+# The metrics of a config that has no metrics section (one saved by a runner from before metrics were
+# configurable, which always logged accuracy for classification).
+DEFAULT_METRICS = {"acc": {"_target_": "runner.training.metrics.Accuracy"}}
 SETTINGS: dict[str, Setting] = declared_settings(RunConfig)
 TOP_LEVEL_KEYS = frozenset(key.split(".")[0] for key in SETTINGS)
 HPARAM_KEYS = tuple(key for key, declared in SETTINGS.items() if declared.hparam)

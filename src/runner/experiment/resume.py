@@ -7,7 +7,8 @@ from typing import Any
 from runner.checkpoint.files import CheckpointError
 from runner.config.errors import show
 from runner.config.schema import resume_policy
-from runner.config.typed import flatten
+from runner.config.typed import as_dict, flatten, typed_config
+from runner.training.schedules import named_schedule
 
 ABSENT = "<absent>"
 
@@ -15,7 +16,7 @@ ABSENT = "<absent>"
 def check_resume_compatible(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
     """Refuse a resumed config that would change the math of the run so far. The model's settings
     are left to the strict state-dict check, which names the keys and shapes that differ."""
-    saved_flat, current_flat = flatten(saved), flatten(current)
+    saved_flat, current_flat = flatten(comparable(saved)), flatten(comparable(current))
     changed = [
         f"{key} ({show(saved_flat.get(key, ABSENT))} -> {show(current_flat.get(key, ABSENT))})"
         for key in sorted(saved_flat.keys() | current_flat.keys())
@@ -26,6 +27,15 @@ def check_resume_compatible(saved: dict[str, Any], current: dict[str, Any], path
             f"resume={path}: these settings differ from the run being resumed and would change its "
             f"math: {', '.join(changed)}; resume with the original values, or start a new run"
         )
+
+
+def comparable(config: dict[str, Any]) -> dict[str, Any]:
+    """Settings as the run uses them: what an older runner's config leaves out gets the schema's
+    default, and a named schedule its defaults, so a checkpoint from before a setting existed resumes."""
+    config = as_dict(typed_config(config))
+    if "_target_" not in config["scheduler"]:
+        config["scheduler"] = named_schedule(config["scheduler"])
+    return config
 
 
 def check_world_size(saved: int, current: int, path: Path) -> None:

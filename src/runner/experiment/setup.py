@@ -18,7 +18,7 @@ from runner.data.loading import EpochSampler, make_loaders
 from runner.training.device import resolve_device
 from runner.training.distributed import ProcessInfo
 from runner.training.precision import Precision, resolve_precision
-from runner.training.schedules import Schedule, build_scheduler, fill_planned
+from runner.training.schedules import Schedule, build_scheduler, fill_planned, named_schedule
 from runner.training.seeding import seed_everything
 
 Build = Callable[..., Any]
@@ -100,11 +100,7 @@ def build_schedule(
     (``${total_steps}`` and ``${steps_per_epoch}`` filled in). ``ReduceLROnPlateau`` steps on
     ``monitor`` after each validation."""
     if "_target_" not in spec:
-        named = {
-            key: spec[key] for key in ("name", "warmup_steps", "min_lr", "step_size", "gamma") if key in spec
-        }
-        defaults = {"warmup_steps": 0, "min_lr": 0.0, "step_size": 100, "gamma": 0.1}
-        return Schedule(build_scheduler(optimizer, total_steps=total_steps, **{**defaults, **named}))
+        return Schedule(build_scheduler(optimizer, total_steps=total_steps, **named_schedule(spec)))
     arguments = {key: value for key, value in spec.items() if key not in ("interval", "monitor")}
     arguments = fill_planned(arguments, {"total_steps": total_steps, "steps_per_epoch": steps_per_epoch})
     scheduler = build_component(build, "scheduler", arguments, optimizer)

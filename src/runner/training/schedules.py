@@ -33,6 +33,15 @@ def lr_factor(
     return 1.0
 
 
+# What the named schedules' keys mean when a config leaves them out.
+NAMED_DEFAULTS = {"warmup_steps": 0, "min_lr": 0.0, "step_size": 100, "gamma": 0.1}
+
+
+def named_schedule(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A named schedule's settings (``name`` and :data:`NAMED_DEFAULTS`' keys), defaults filled in."""
+    return {**NAMED_DEFAULTS, **{key: spec[key] for key in ("name", *NAMED_DEFAULTS) if key in spec}}
+
+
 class ConstantLR:
     """``scheduler=none`` without warmup: the learning rate never changes, so stepping is free."""
 
