@@ -97,11 +97,14 @@ PLUGINS = Path(__file__).parent / "plugins"
         (("scheduler=plateau", "scheduler.interval=fortnight"),
          "scheduler.interval=fortnight is not allowed; scheduler.interval must be one of step, epoch"),
         (("+data.collate_fn=3",), "data.collate_fn=3 has no _target_"),
+        (("callbacks=early_stopping", "callbacks.early_stopping.patience=0"),
+         "callbacks.early_stopping: early stopping takes mode min or max, patience >= 1"),
+        (("callbacks=ema", "callbacks.ema.decay=1.5"), "callbacks.ema: ema takes a decay in (0, 1)"),
         (("data=classification", "data.dataset.num_train=4", "data.drop_last=true"),
          "an epoch has no batch: with data.drop_last=true"),
     ],
     ids=["unusable-batch", "monitor-not-logged", "callback-monitor", "scheduler-interval", "collate-fn",
-         "drop-last-empties-the-epoch"],
+         "early-stopping-patience", "ema-decay", "drop-last-empties-the-epoch"],
 )  # fmt: skip
 def test_a_contract_mistake_is_one_line_and_writes_nothing(tmp_path, overrides, expected):
     run_dir = tmp_path / "run"

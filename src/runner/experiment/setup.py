@@ -88,8 +88,15 @@ def build_optimizer(build: Build, config: RunConfig, model: torch.nn.Module) -> 
 
 
 def build_named(build: Build, section: str, specs: Mapping[str, Any]) -> dict[str, Any]:
-    """``metrics`` and ``callbacks``: each entry a ``_target_`` object, by name."""
-    return {name: build_component(build, f"{section}.{name}", spec) for name, spec in specs.items()}
+    """``metrics`` and ``callbacks``: each entry a ``_target_`` object, by name. A constructor that
+    refuses its arguments (``ValueError``) is a one-line error naming the entry."""
+    built = {}
+    for name, spec in specs.items():
+        try:
+            built[name] = build_component(build, f"{section}.{name}", spec)
+        except ValueError as error:
+            raise ConfigError(f"{section}.{name}: {str(error).splitlines()[0]}") from None
+    return built
 
 
 def build_schedule(

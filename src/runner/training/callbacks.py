@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from runner.config.errors import ConfigError
 from runner.training.validation import improves
 
 HOOKS = ("on_train_start", "on_step_end", "on_validation_end", "on_epoch_end", "on_train_end")
@@ -102,6 +103,12 @@ class EarlyStopping:
         self.bad_validations = 0
 
     def on_validation_end(self, context: Context) -> None:
+        if self.monitor not in context.metrics:
+            logged = ", ".join(name for name in context.metrics if name.startswith("val/"))
+            raise ConfigError(
+                f"early stopping monitors {self.monitor}, but this run's validation gives only {logged}; "
+                "monitor one of those"
+            )
         value = context.metrics[self.monitor]
         if improves(value, self.best, self.mode, self.min_delta):
             self.best, self.best_step, self.bad_validations = value, context.step, 0
