@@ -502,3 +502,10 @@ def test_a_checkpoint_from_before_these_settings_resumes_and_evaluates(run, tmp_
     assert "val/acc" in evaluate_checkpoint(path, "cpu", instantiate)
     resumed = run("trainer.max_steps=5", f"resume={path}", model="mlp", dataset="pairs", run_dir=run_dir)
     assert torch.load(resumed / "checkpoints" / "last.pt")["global_step"] == 5
+
+
+def test_a_model_that_does_not_take_the_dict_batch_is_one_line(run):
+    with pytest.raises(
+        BatchError, match=r"passed as model\(\*\*batch\), and the model refused it .*'features'"
+    ):
+        run("trainer.max_steps=2", model="NormModel", dataset="dicts")

@@ -137,9 +137,9 @@ def forward(model: Callable, batch: Any, loss_fn: Callable, target_key: str = "l
     if isinstance(loss_fn, ModelLoss):
         mapping = as_mapping(batch)
         if mapping is not None:
-            outputs, targets = model(**mapping), mapping.get(target_key)
+            outputs, targets = call_model(model, batch, (), mapping), mapping.get(target_key)
         elif isinstance(batch, tuple | list):
-            outputs, targets = model(*batch), batch[-1] if len(batch) > 1 else None
+            outputs, targets = call_model(model, batch, batch, {}), batch[-1] if len(batch) > 1 else None
         else:
             outputs, targets = model(batch), None
         return Forward(loss_of(outputs), outputs, targets)
@@ -150,9 +150,24 @@ def forward(model: Callable, batch: Any, loss_fn: Callable, target_key: str = "l
     mapping = as_mapping(batch)
     if mapping is None or target_key not in mapping:
         check_structure(batch, loss_fn, target_key)  # raises the error that says what is wrong
-    outputs, targets = model(**mapping), mapping[target_key]
+    outputs, targets = call_model(model, batch, (), mapping), mapping[target_key]
     logits = logits_of(outputs)
     return Forward(loss_fn(outputs if logits is None else logits, targets), outputs, targets)
+
+
+def call_model(model: Callable, batch: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """``model(*args, **kwargs)``; a model whose ``forward`` does not take the batch's parts that way
+    is a one-line error saying how the batch was passed."""
+    try:
+        return model(*args, **kwargs)
+    except TypeError as error:
+        if "forward()" not in str(error):
+            raise
+        passed = "model(**batch)" if kwargs else "model(*batch)"
+        raise BatchError(
+            f"a batch of {describe(batch)} is passed as {passed}, and the model refused it ({error}); "
+            "make forward take those names (or **kwargs), or make the batch an (inputs, targets) pair"
+        ) from None
 
 
 def check_structure(batch: Any, loss_fn: Callable, target_key: str = "labels") -> None:
