@@ -37,8 +37,13 @@ def build_component(build: Build, key: str, spec: Mapping[str, Any], *args: Any)
         if not isinstance(cause, ImportError | AttributeError | TypeError):
             raise cause from None
         reason = f"{type(cause).__name__}: {cause}".splitlines()[0]
+        where = (
+            " (is its package installed, or its folder on PYTHONPATH?)"
+            if isinstance(cause, ImportError)
+            else ""
+        )
         raise ConfigError(
-            f"{key}._target_={show(spec.get('_target_'))} could not be built ({reason}); "
+            f"{key}._target_={show(spec.get('_target_'))} could not be built ({reason}){where}; "
             f"{key}._target_ must be an importable dotted path to a callable that accepts "
             "the other keys as arguments"
         ) from None
