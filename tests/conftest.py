@@ -52,6 +52,15 @@ def run_cli(*arguments: str, cwd: Path, env: dict | None = None, timeout: float 
     )  # fmt: skip
 
 
+def run_example(name: str, *overrides: str, run_dir: Path):
+    """``python -m runner train`` on an example in ``examples/NAME`` from the repository root, as its
+    README line runs it: its package on PYTHONPATH, its config folder on the search path."""
+    return run_cli(
+        "train", f"hydra.searchpath=[file://examples/{name}/conf]", f"+experiment={name}", *overrides,
+        f"hydra.run.dir={run_dir}", cwd=REPO, env={"PYTHONPATH": f"examples/{name}"},
+    )  # fmt: skip
+
+
 def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar tag of a run, read back with TensorBoard's own reader."""
     accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})

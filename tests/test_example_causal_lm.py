@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import REPO, read_scalars, run_cli
+from conftest import REPO, read_scalars, run_example
 from hydra.utils import instantiate
 
 EXAMPLE = REPO / "examples" / "causal_lm"
@@ -152,11 +152,7 @@ def test_gpt2_variant_trains_on_the_same_batches(train_here, example):
 
 @pytest.mark.slow
 def test_the_users_command_line(tmp_path):
-    result = run_cli(
-        "train", "hydra.searchpath=[file://examples/causal_lm/conf]", "+experiment=causal_lm",
-        "trainer.max_steps=3", f"hydra.run.dir={tmp_path / 'run'}",
-        cwd=REPO, env={"PYTHONPATH": "examples/causal_lm"},
-    )  # fmt: skip
+    result = run_example("causal_lm", "trainer.max_steps=3", run_dir=tmp_path / "run")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "run" / "checkpoints" / "last.pt").exists()
     assert "val/ppl" in read_scalars(tmp_path / "run")

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import yaml
-from conftest import REPO, read_scalars, run_cli
+from conftest import REPO, read_scalars, run_example
 
 from runner.data import load_digits
 
@@ -112,11 +112,7 @@ def test_resuming_continues_the_count_of_bad_validations(train_example, caplog, 
 @pytest.mark.slow
 def test_the_users_command_line(tmp_path):
     """From the repository root, as the example's config file says to run it."""
-    result = run_cli(
-        "train", "hydra.searchpath=[file://examples/image_classifier/conf]", "+experiment=image_classifier",
-        "trainer.max_steps=5", f"hydra.run.dir={tmp_path / 'run'}",
-        cwd=REPO, env={"PYTHONPATH": "examples/image_classifier"},
-    )  # fmt: skip
+    result = run_example("image_classifier", "trainer.max_steps=5", run_dir=tmp_path / "run")
     assert result.returncode == 0, result.stderr
     assert "metrics          val/acc, val/f1" in result.stdout
     assert "callbacks        early_stopping" in result.stdout

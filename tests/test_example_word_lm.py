@@ -9,7 +9,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, composed, read_scalars, run_cli
+from conftest import REPO, composed, read_scalars, run_example
 from torch import nn
 
 from runner.data.text import TEXT_FILE
@@ -142,11 +142,7 @@ def test_runner_trains_the_recipe_exactly_as_the_hand_written_loop(word_lm, trai
 def test_the_users_command_line(tmp_path):
     """From the repository root, as the example's README runs it (its run directory aside)."""
     run_dir = tmp_path / "run"
-    result = run_cli(
-        "train", "hydra.searchpath=[file://examples/word_lm/conf]", "+experiment=word_lm",
-        "trainer.max_steps=3", f"hydra.run.dir={run_dir}",
-        cwd=REPO, env={"PYTHONPATH": "examples/word_lm"},
-    )  # fmt: skip
+    result = run_example("word_lm", "trainer.max_steps=3", run_dir=run_dir)
     assert result.returncode == 0, result.stderr
     scalars = read_scalars(run_dir)
     assert [step for step, _ in scalars["val/ppl"]] == [2, 3]  # the first epoch's end, and the run's end
