@@ -4,7 +4,6 @@ Hydra-free (see ``setup.py``): the command line composes the config and hands it
 """
 
 import logging
-import math
 import signal
 import statistics
 from collections.abc import Sequence
@@ -37,7 +36,15 @@ from runner.observe.runplan import run_plan
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
 from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job
-from runner.training.engine import Hooks, Loaders, LoopSettings, fit, planned_steps, start_with_checked_batch
+from runner.training.engine import (
+    Hooks,
+    Loaders,
+    LoopSettings,
+    fit,
+    planned_steps,
+    start_with_checked_batch,
+    steps_per_epoch,
+)
 from runner.training.seeding import draw_seed
 from runner.training.signals import GracefulStop
 from runner.training.speed import apply_speed_settings
@@ -131,14 +138,13 @@ def train(
     check_loadable(callbacks.state_dict(), "callbacks_state_dict")  # before anything is written
     micro_batches_per_epoch = batches_per_epoch(prepared.train_loader, prepared.train_sampler)
     total_steps = planned_steps(settings, micro_batches_per_epoch)
-    steps_per_epoch = (
-        None if micro_batches_per_epoch is None
-        else math.ceil(micro_batches_per_epoch / settings.micro_batches_per_step)
+    per_epoch = None if micro_batches_per_epoch is None else steps_per_epoch(
+        micro_batches_per_epoch, settings.micro_batches_per_step
     )  # fmt: skip
-    planned = {"total_steps": total_steps, "steps_per_epoch": steps_per_epoch}
+    planned = {"total_steps": total_steps, "steps_per_epoch": per_epoch}
     if checkpoint is not None:
         check_planned_values(config.scheduler, checkpoint.get("planned"), planned, found.path)
-    schedule = build_schedule(build, config.scheduler, optimizer, total_steps, steps_per_epoch)
+    schedule = build_schedule(build, config.scheduler, optimizer, total_steps, per_epoch)
     # A stream that keeps its own position is saved with the checkpoints; other streams are resumed by
     # skipping the batches done (worker processes read copies of the data set, so then it is always that).
     stream = parts.train_set if prepared.train_sampler is None else None
@@ -152,8 +158,6 @@ def train(
     if checkpoint is not None:
         stateful.load_state_dicts(checkpoint, found.path)
         state.load_state_dict(checkpoint)
-
-    if checkpoint is not None:
         restore_rng_states(checkpoint["rng_states"])  # nothing draws from them until training continues
     stream_restored = keeps_position and checkpoint is not None and "dataset_state_dict" in checkpoint
     loaders = Loaders(
@@ -164,7 +168,7 @@ def train(
     # Everything is built and loaded, and the data fits: from here on the run writes into its directory.
     resumed_from = f"{found.path} (step {state.step}, epoch {state.epoch})" if found else None
     plan = run_plan(
-        config, device, precision, seed, total_steps, steps_per_epoch, run_dir, resumed_from, speed.notes,
+        config, device, precision, seed, total_steps, per_epoch, run_dir, resumed_from, speed.notes,
         process.world_size, optimizer, parts.train_set,
     )  # fmt: skip
     log.info(plan)
