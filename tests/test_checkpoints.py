@@ -71,6 +71,57 @@ def test_truncated_file_is_named(tmp_path):
         load_checkpoint(path)
 
 
+MINIMAL = {"optimizer_state_dict": {}, "epoch": 1, "best_val": 0.5, "global_step": 3}
+
+
+@pytest.mark.parametrize("where", ["weight", "config"])
+def test_a_change_on_disk_is_caught_by_the_checksum(tmp_path, where):
+    """torch's reader does not check the archive's CRCs: without the checksum these files load."""
+    path = tmp_path / "last.pt"
+    weight = torch.linspace(-1, 1, 4096).reshape(64, 64)
+    atomic_save(
+        {
+            "model_state_dict": {"w": weight},
+            **MINIMAL,
+            "config": {"model": {"_target_": "runner.models.mlp"}},
+        },
+        path,
+    )
+    data = bytearray(path.read_bytes())
+    if where == "weight":
+        start = data.find(weight.numpy().tobytes()[:64]) + 1000
+        data[start : start + 16] = bytes(byte ^ 0xFF for byte in data[start : start + 16])
+    else:
+        data = data.replace(b"runner.models.mlp", b"pathlib.Path.home")
+    path.write_bytes(data)
+    assert torch.load(path, weights_only=True)["global_step"] == 3  # torch alone takes it
+    with pytest.raises(
+        CheckpointError, match=r"last\.pt is corrupted: its contents do not match the checksum"
+    ):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_saved_before_checksums_still_loads(tmp_path):
+    path = tmp_path / "old.pt"
+    torch.save({"model_state_dict": {"w": torch.ones(3)}, **MINIMAL}, path)
+    assert load_checkpoint(path)["global_step"] == 3
+    atomic_save({"model_state_dict": {"w": torch.ones(3)}, **MINIMAL}, path)
+    assert "checksum" not in load_checkpoint(path)  # what the loader returns is what was saved
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"# A README\n\nSome text.\n", bytes(range(256)) * 4, b"root:x:0:0:root:/root:/bin/bash\n", b""],
+)
+def test_a_file_that_is_no_checkpoint_is_called_that(tmp_path, content):
+    path = tmp_path / "README.md"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError) as error:
+        load_checkpoint(path)
+    assert "is not a checkpoint file" in str(error.value)
+    assert "pickled" not in str(error.value)
+
+
 def test_compiled_runs_save_plain_keys():
     """The loop calls the compiled module; checkpoints save the plain one, so they load with or
     without compile (compilation itself is lazy: nothing compiles in this test)."""

@@ -1,12 +1,16 @@
-"""Checkpoint files: written durably, loaded safely, found in a run's folder.
+"""Checkpoint files: written durably, loaded safely, checked for corruption, found in a run's folder.
 
 A checkpoint is a plain dict that ``torch.load(path, weights_only=True)`` reads with nothing else
-(see ``contents.py`` for what is in one). Nothing in it is a numpy object or a pickled class.
+(see ``contents.py`` for what is in one). Nothing in it is a numpy object or a pickled class. Each
+file carries a checksum of its contents (``checksum``), verified when it is loaded: torch's reader
+does not check the archive's own CRCs, so a flipped byte inside a tensor would otherwise load.
 """
 
+import hashlib
 import os
 import pickle
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +26,44 @@ class CheckpointError(UserError):
     """A checkpoint that cannot be used; the message names the file and what to do."""
 
 
+CHECKSUM_KEY = "checksum"
+
+
+def _digest(value: Any, hasher: Any) -> None:
+    """Feed ``value`` to ``hasher`` in a fixed order: every tensor's dtype, shape and bytes, every
+    other value's type and text."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu().contiguous().reshape(-1)
+        hasher.update(f"tensor {tensor.dtype} {list(value.shape)};".encode())
+        hasher.update(tensor.view(torch.uint8).numpy())
+    elif isinstance(value, Mapping):
+        hasher.update(f"dict {len(value)};".encode())
+        for key, item in value.items():
+            _digest(key, hasher)
+            _digest(item, hasher)
+    elif isinstance(value, list | tuple):
+        hasher.update(f"{type(value).__name__} {len(value)};".encode())
+        for item in value:
+            _digest(item, hasher)
+    else:
+        hasher.update(f"{type(value).__name__} {value!r};".encode())
+
+
+def checksum(payload: Mapping[str, Any]) -> str:
+    """SHA-256 of a checkpoint's contents, its own ``checksum`` entry left out."""
+    hasher = hashlib.sha256()
+    _digest({key: value for key, value in payload.items() if key != CHECKSUM_KEY}, hasher)
+    return f"sha256:{hasher.hexdigest()}"
+
+
 def atomic_save(payload: dict[str, Any], path: Path) -> None:
     """Write to a temporary file in the same folder, fsync it, rename it over ``path``, fsync the
-    folder. A crash or a full disk at any instant leaves either the old file or the new one."""
+    folder. A crash or a full disk at any instant leaves either the old file or the new one. The file
+    carries the checksum of ``payload``."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(temporary, "wb") as handle:
-            torch.save(payload, handle)
+            torch.save({**payload, CHECKSUM_KEY: checksum(payload)}, handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -45,11 +80,27 @@ def atomic_save(payload: dict[str, Any], path: Path) -> None:
 REQUIRED_KEYS = ("model_state_dict", "optimizer_state_dict", "epoch", "best_val", "global_step")
 
 
+def looks_like_torch_save(path: Path) -> bool:
+    """``torch.save``'s zip archive, or its older pickle format (which starts with a pickle opcode)."""
+    with open(path, "rb") as handle:
+        start = handle.read(4)
+    return start.startswith(b"PK\x03\x04") or start[:1] == b"\x80"
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load with ``weights_only=True`` (never anything else): a file that carries pickled code is
-    refused before any of it runs."""
+    refused before any of it runs. A file whose checksum does not match its contents is refused;
+    one written before checkpoints had checksums loads as it is."""
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        if not looks_like_torch_save(path):
+            raise CheckpointError(
+                f"checkpoint {path} is not a checkpoint file (torch.save writes a zip archive; this "
+                "file is not one); give a .pt file from a run's checkpoints/ folder"
+            )
+    except OSError as error:
+        raise CheckpointError(f"checkpoint {path} cannot be read ({error.strerror or error})") from None
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
@@ -67,6 +118,12 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     lacking = [key for key in REQUIRED_KEYS if not isinstance(checkpoint, dict) or key not in checkpoint]
     if lacking:
         raise CheckpointError(f"checkpoint {path} is not a runner checkpoint (it lacks {', '.join(lacking)})")
+    stored = checkpoint.pop(CHECKSUM_KEY, None)
+    if stored is not None and stored != checksum(checkpoint):
+        raise CheckpointError(
+            f"checkpoint {path} is corrupted: its contents do not match the checksum written with it "
+            "(the file changed on disk after it was saved); use another checkpoint of the run"
+        )
     return checkpoint
 
 
