@@ -5,19 +5,30 @@ composed config; the model and data parts are set as a user's own config files w
 import logging
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from conftest import composed, read_scalars
 from hydra.utils import instantiate
 
+from runner.checkpoint.files import load_checkpoint
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
+from runner.config.trust import targets_in
 from runner.experiment.train import train
 from runner.tools.evaluation import evaluate_checkpoint
 from runner.training.batches import BatchError
 
 PLUGIN = "any_model"
+
+
+def evaluate(path: Path, split: str = "val") -> dict[str, Any]:
+    """``eval`` of a checkpoint this test wrote: the test trusts the targets in it."""
+    trusted = {target for _, target in targets_in(load_checkpoint(path)["config"])}
+    return evaluate_checkpoint(path, "cpu", instantiate, split, trusted)
+
+
 SMALL = ("data=classification", "data.batch_size=16", "trainer.log_every_n_steps=1", "seed=3")
 
 
@@ -168,10 +179,10 @@ def test_the_test_split_is_evaluated_with_every_metric(run):
     run_dir = run(
         "metrics=[accuracy,perplexity]", "trainer.max_steps=3", model="mlp", dataset="with_test_split"
     )
-    result = evaluate_checkpoint(run_dir / "checkpoints" / "last.pt", "cpu", instantiate, split="test")
+    result = evaluate(run_dir / "checkpoints" / "last.pt", split="test")
     assert {"test/loss", "test/acc", "test/ppl"} <= result.keys()
     assert result["test/ppl"] == pytest.approx(math.exp(result["test/loss"]), rel=1e-6)
-    val = evaluate_checkpoint(run_dir / "checkpoints" / "last.pt", "cpu", instantiate)
+    val = evaluate(run_dir / "checkpoints" / "last.pt")
     assert val["val/loss"] == pytest.approx(read_scalars(run_dir)["val/loss"][-1][1], rel=1e-6)
     assert val["val/loss"] != result["test/loss"]
 
@@ -179,7 +190,7 @@ def test_the_test_split_is_evaluated_with_every_metric(run):
 def test_split_test_without_a_test_set_says_what_the_data_set_must_return(run):
     run_dir = run("trainer.max_steps=2", model="mlp", dataset="pairs")
     with pytest.raises(ConfigError, match=r"returns no test set.*\(train, val, test\)"):
-        evaluate_checkpoint(run_dir / "checkpoints" / "last.pt", "cpu", instantiate, split="test")
+        evaluate(run_dir / "checkpoints" / "last.pt", split="test")
 
 
 # 4. Any scheduler
@@ -303,7 +314,7 @@ def test_ema_validates_and_evaluates_the_averaged_weights(run):
     averaged, own = checkpoint["averaged_model_state_dict"], checkpoint["model_state_dict"]
     assert not same_weights(averaged, own)
     assert same_weights(averaged, checkpoint["callbacks_state_dict"]["ema"]["averages"])
-    result = evaluate_checkpoint(run_dir / "checkpoints" / "last.pt", "cpu", instantiate)
+    result = evaluate(run_dir / "checkpoints" / "last.pt")
     assert result["weights"] == "averaged"
     assert result["val/loss"] == pytest.approx(read_scalars(run_dir)["val/loss"][-1][1], rel=1e-6)
 
@@ -492,6 +503,7 @@ def test_a_checkpoint_from_before_these_settings_resumes_and_evaluates(run, tmp_
     run_dir = run("trainer.max_steps=3", model="mlp", dataset="pairs")
     path = run_dir / "checkpoints" / "last.pt"
     checkpoint = torch.load(path)
+    del checkpoint["checksum"]  # the previous runner wrote none
     config = checkpoint["config"]
     for key in ("metrics", "callbacks"):
         del config[key]
@@ -499,7 +511,7 @@ def test_a_checkpoint_from_before_these_settings_resumes_and_evaluates(run, tmp_
         del config["data"][key]
     config["scheduler"] = {"name": "none", "warmup_steps": 0, "min_lr": 0.0, "step_size": 100, "gamma": 0.1}
     torch.save(checkpoint, path)
-    assert "val/acc" in evaluate_checkpoint(path, "cpu", instantiate)
+    assert "val/acc" in evaluate(path)
     resumed = run("trainer.max_steps=5", f"resume={path}", model="mlp", dataset="pairs", run_dir=run_dir)
     assert torch.load(resumed / "checkpoints" / "last.pt")["global_step"] == 5
 

@@ -10,7 +10,7 @@ from runner.config.errors import ConfigError
 def test_flags_and_overrides_are_told_apart():
     command_line = CommandLine.parse(["-m", "--cfg", "job", "optimizer.lr=1e-3,1e-2", "+extra=1", "~clip"])
     assert command_line.sweep
-    assert command_line.keys() == ["optimizer.lr", "extra"]  # ~clip has no '=': Hydra's to read
+    assert command_line.keys() == ["optimizer.lr", "extra", "clip"]  # ~clip is a deletion, checked too
     assert value_text(command_line.last("optimizer.lr")) == "1e-3,1e-2"
     assert command_line.last("seed") is None
 

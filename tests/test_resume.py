@@ -13,6 +13,8 @@ import pytest
 import torch
 from conftest import REPO, read_scalars, run_cli
 
+from runner.checkpoint.files import atomic_save
+
 pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
 
 PLUGINS = str(REPO / "tests" / "plugins")
@@ -153,8 +155,11 @@ def test_resume_refuses_changed_math_and_accepts_a_longer_run(finished_run, tmp_
 
     reshaped = run_cli("train", f"resume={finished_run}", "model.hidden=[32]", cwd=tmp_path)
     assert reshaped.returncode == 2
-    assert "shape mismatches: 1.weight (checkpoint [64, 20], model [32, 20])" in reshaped.stderr
-    assert "Traceback" not in reshaped.stderr + changed.stderr
+    assert "model.hidden ([64] -> [32])" in reshaped.stderr
+    dropout = run_cli("train", f"resume={finished_run}", "model.dropout=0.5", cwd=tmp_path)
+    assert dropout.returncode == 2  # fits the saved weights, and still changes the math
+    assert "model.dropout (0.0 -> 0.5)" in dropout.stderr
+    assert "Traceback" not in reshaped.stderr + changed.stderr + dropout.stderr
 
     run_dir = tmp_path / "copy"  # the module's finished run stays as it is for the other tests
     shutil.copytree(finished_run, run_dir)
@@ -186,6 +191,85 @@ def test_corrupted_checkpoints(tmp_path, finished_run):
     assert latest.returncode == 0, latest.stderr
     assert f"skipping checkpoint {last} is truncated" in latest.stderr
     assert "resumed from" in latest.stdout and "step_00000008.pt (step 8, epoch 2)" in latest.stdout
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder`` with its size and modification time."""
+    files = (path for path in folder.rglob("*") if path.is_file())
+    return {str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns) for path in files}
+
+
+def flip_bytes_inside_a_tensor(path: Path, tensor: torch.Tensor) -> None:
+    data = bytearray(path.read_bytes())
+    start = data.find(tensor.numpy().tobytes()[:64])
+    assert start > 0
+    data[start + 32 : start + 48] = bytes(b ^ 0xFF for b in data[start + 32 : start + 48])
+    path.write_bytes(data)
+
+
+def test_a_byte_changed_on_disk_is_detected_and_a_run_dir_resume_takes_the_previous_file(
+    tmp_path, finished_run
+):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    last = run_dir / "checkpoints" / "last.pt"
+    flip_bytes_inside_a_tensor(last, torch.load(last)["model_state_dict"]["1.weight"])
+    for command in (("eval", f"ckpt={last}"), ("train", f"resume={last}")):
+        result = run_cli(*command, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert f"checkpoint {last} is corrupted: its contents do not match the checksum" in result.stderr
+        assert "Traceback" not in result.stderr
+    resumed = run_cli("train", f"resume={run_dir}", "trainer.max_epochs=4", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"skipping checkpoint {last} is corrupted" in resumed.stderr
+    assert "step_00000012.pt (step 12, epoch 3)" in resumed.stdout
+
+
+def test_a_checkpoint_or_run_directory_that_names_code_never_runs_it(tmp_path, finished_run):
+    """The stored config of a checkpoint, and a run directory's record of its command line, are data:
+    a ``_target_`` in them that nobody named on this machine is refused before it is imported."""
+    marker = tmp_path / "code-ran"
+    evil = tmp_path / "evil.pt"
+    checkpoint = torch.load(finished_run / "checkpoints" / "last.pt")
+    checkpoint["config"]["model"] = {"_target_": "pathlib.Path.touch", "self": str(marker)}
+    atomic_save(checkpoint, evil)  # with a valid checksum: whoever changed it can compute one
+    result = run_cli("eval", f"ckpt={evil}", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "names model._target_=pathlib.Path.touch, which neither runner's configs" in result.stderr
+    assert "allow them with allow_targets=pathlib.Path.touch" in result.stderr
+    assert not marker.exists()
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    record = run_dir / ".hydra" / "overrides.yaml"
+    record.write_text(record.read_text() + f"- model._target_=pathlib.Path.touch\n- +model.self={marker}\n")
+    before = snapshot(run_dir)
+    result = run_cli("train", f"resume={run_dir}", cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"{record} names model._target_=pathlib.Path.touch" in result.stderr
+    assert "give model._target_=pathlib.Path.touch on this command line" in result.stderr
+    assert not marker.exists() and snapshot(run_dir) == before
+
+    hydra_record = run_dir / ".hydra" / "hydra.yaml"
+    record.write_text("- data=classification\n")
+    hydra_record.write_text("hydra:\n  overrides:\n    hydra:\n    - hydra.searchpath=[file://elsewhere]\n")
+    result = run_cli("train", f"resume={run_dir}", cwd=tmp_path)
+    assert result.returncode == 2
+    assert (
+        "the run was started with hydra.searchpath=[file://elsewhere]; runner takes no config"
+        in result.stderr
+    )
+
+
+def test_a_refused_resume_leaves_the_run_directory_as_it_was(tmp_path, finished_run):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    before = snapshot(run_dir)
+    for bad in ("optimizer.lr=0.5", "model._target_=nope.Model", "data.dataset.num_val=0"):
+        result = run_cli("train", f"resume={run_dir}", "trainer.max_epochs=4", bad, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        assert snapshot(run_dir) == before, bad
 
 
 class WritesAFile:

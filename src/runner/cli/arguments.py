@@ -32,14 +32,14 @@ def parse_overrides(texts: Sequence[str]) -> tuple[Override, ...]:
 
 
 def override_texts(arguments: Sequence[str]) -> list[str]:
-    """The ``key=value`` overrides among Hydra's command-line arguments."""
+    """The ``key=value`` overrides (and ``~key`` deletions) among Hydra's command-line arguments."""
     overrides, skip_next = [], False
     for argument in arguments:
         if skip_next:
             skip_next = False
         elif argument in HYDRA_FLAGS_WITH_VALUE:
             skip_next = True
-        elif not argument.startswith("-") and "=" in argument:
+        elif not argument.startswith("-") and ("=" in argument or argument.startswith("~")):
             overrides.append(argument)
     return overrides
 

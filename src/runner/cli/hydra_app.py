@@ -1,6 +1,9 @@
 """Hydra, through its public API: where runner's configs live, the schema registered with Hydra's
 ConfigStore, the checks on overrides before Hydra composes, and running a task under ``hydra.main``."""
 
+import functools
+import os
+import re
 import secrets
 import sys
 from collections.abc import Callable
@@ -9,10 +12,14 @@ from typing import Any
 
 import hydra
 from hydra.core.config_store import ConfigStore
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from runner.cli.arguments import CommandLine
-from runner.config.checks import check_top_level_key, check_value
+from runner.cli.exits import exit_with
+from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
+from runner.config.errors import ConfigError
 from runner.config.schema import DataConfig, RunConfig
 
 
@@ -38,10 +45,18 @@ def check_command_line(command_line: CommandLine) -> None:
     """Check override keys and values (every value of a sweep) before Hydra composes or writes anything."""
     for override in command_line.overrides:
         key = override.key_or_group
-        if override.is_hydra_override() or override.is_delete():
+        if override.is_hydra_override():
             continue
+        if override.is_delete():
+            check_deletable(key, given=override.input_line)
+            continue
+        given = override.input_line or key
         if not (override.is_add() or override.is_force_add() or command_line.custom_primary_config):
-            check_top_level_key(key, given=override.input_line or key, extra_known=group_names())
+            check_top_level_key(key, given=given, extra_known=group_names())
+            check_section_key(key, given=given)
+        if key in group_names() and override.value() is None:
+            options = sorted(path.stem for path in (CONFIG_DIR / key).glob("*.yaml"))
+            raise ConfigError(f"{given}: {key} must name one of its options: {', '.join(options)}")
         if override.is_interval_sweep():
             values = [override.value().start, override.value().end]
         elif override.is_sweep_override():
@@ -52,12 +67,84 @@ def check_command_line(command_line: CommandLine) -> None:
             check_value(key, value)
 
 
+def trusted_targets(command_line: CommandLine) -> set[str]:
+    """The ``_target_``s this command line names: in runner's configs, in the config folders on its
+    ``hydra.searchpath``, and in its overrides."""
+    from runner.config.trust import folder_targets, searchpath_folders, targets_in
+
+    searchpath = command_line.last("hydra.searchpath")
+    entries = searchpath.value() if searchpath is not None else []
+    folders = [CONFIG_DIR, *searchpath_folders(entries if isinstance(entries, list) else [entries])]
+    trusted = set().union(*(folder_targets(folder) for folder in folders))
+    for override in command_line.overrides:
+        if override.is_sweep_override():
+            continue
+        key, value = override.key_or_group, override.value()
+        trusted |= {str(value)} if key.endswith("_target_") else {t for _, t in targets_in(value)}
+    return trusted
+
+
+def composition_error(error: Exception) -> str:
+    """Hydra's multi-line message for a config it could not compose, as one line."""
+    text = str(error)
+    group = re.search(r"Available options in '([^']+)'", text)
+    if isinstance(error, MissingConfigException) and error.missing_cfg_file and group and error.options:
+        option = error.missing_cfg_file.removeprefix(group[1] + "/")
+        return f"{group[1]}={option}: no such option; {group[1]} is one of {', '.join(error.options)}"
+    if isinstance(error, MissingConfigException) and error.missing_cfg_file:
+        return f"there is no config {error.missing_cfg_file} (is its folder on hydra.searchpath?)"
+    unknown = re.match(r"Could not override '([^']+)'.\s*To append to your config use (\S+)", text)
+    if unknown:
+        section, _, name = unknown[1].rpartition(".")
+        return f"{unknown[1]}: {section} has no key {name}; to add one, use {unknown[2]}"
+    lines = [line.strip() for line in text.split("Config search path")[0].splitlines() if line.strip()]
+    if isinstance(error.__cause__, OmegaConfBaseException):
+        lines.insert(1, str(error.__cause__).splitlines()[0])
+    return "; ".join(line.rstrip(".") for line in lines if not line.startswith("See https://"))
+
+
 def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> Any:
     """Run ``task`` under ``hydra.main`` with these arguments: Hydra's flags, its run directory,
     logging and sweeps as users know them. The one place ``sys.argv`` is written (Hydra reads it).
 
+    Until the task starts, Hydra raises its errors (``HYDRA_FULL_ERROR``, documented) instead of
+    printing several lines: a config it cannot compose and a run directory it cannot write become one
+    line each. Once the task runs, errors from the user's code are shown as Hydra shows them.
+
     Hydra composes the config twice per invocation, the first time only to read ``hydra.mode``
     (about 0.1-0.2 s here): upstream issue facebookresearch/hydra#3440. Left as it is."""
-    main = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")(task)
+    preset = os.environ.get("HYDRA_FULL_ERROR")
+    started = False
+
+    @functools.wraps(task)  # Hydra names the job (and its log file) after the task's module
+    def started_task(cfg: DictConfig) -> Any:
+        nonlocal started
+        started = True
+        restore_environment("HYDRA_FULL_ERROR", preset)
+        return task(cfg)
+
+    main = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")(started_task)
     sys.argv = [sys.argv[0], *command_line.arguments]
-    return main()
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        return main()
+    except (ConfigCompositionException, OverrideParseException) as error:
+        if started:
+            raise
+        exit_with(ConfigError(composition_error(error)))
+    except OSError as error:
+        if started or error.filename is None:
+            raise
+        exit_with(ConfigError(
+            f"cannot write {error.filename}: {error.strerror}; run from a folder where runner may write "
+            "outputs/, or choose one with hydra.run.dir=DIR (hydra.sweep.dir=DIR for sweeps)"
+        ))  # fmt: skip
+    finally:
+        restore_environment("HYDRA_FULL_ERROR", preset)
+
+
+def restore_environment(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
-from runner.cli.hydra_app import check_command_line, run_hydra
+from runner.cli.hydra_app import CONFIG_DIR, check_command_line, run_hydra
 from runner.config.checks import check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import RunConfig
@@ -25,23 +25,28 @@ LR_FIND_DIR = "hydra.run.dir=outputs/lr_find/${now:%Y-%m-%d}/${now:%H-%M-%S}-${u
 
 
 def main_eval(arguments: list[str]) -> None:
-    """``python -m runner eval ckpt=FILE [split=val|test] [device=...]``: a checkpoint's metrics on
-    the validation (or test) split, with the model and data rebuilt from the config stored in it."""
+    """``python -m runner eval ckpt=FILE [split=val|test] [device=...] [allow_targets=A,B]``: a
+    checkpoint's metrics on the validation (or test) split, with the model and data rebuilt from the
+    config stored in it: from runner's own ``_target_``s, and those ``allow_targets`` names."""
+    from runner.config.trust import folder_targets
     from runner.tools.evaluation import SPLITS, evaluate_checkpoint
 
     options = dict(argument.split("=", 1) for argument in arguments if "=" in argument)
     try:
-        unknown = set(options) - {"ckpt", "device", "split"} or {a for a in arguments if "=" not in a}
+        known = {"ckpt", "device", "split", "allow_targets"}
+        unknown = set(options) - known or {a for a in arguments if "=" not in a}
         if unknown or "ckpt" not in options:
             raise ConfigError(
-                "eval takes ckpt=FILE and optionally split=val|test and device=...; got "
-                + (" ".join(arguments) or "nothing")
+                "eval takes ckpt=FILE and optionally split=val|test, device=... and "
+                "allow_targets=TARGET[,TARGET...]; got " + (" ".join(arguments) or "nothing")
             )
         device, split = options.get("device", "auto"), options.get("split", "val")
         check_value("device", device)
         if split not in SPLITS:
             raise ConfigError(f"split={split} is not allowed; split must be one of {', '.join(SPLITS)}")
-        metrics = evaluate_checkpoint(Path(options["ckpt"]), device, hydra.utils.instantiate, split)
+        allowed = {target for target in options.get("allow_targets", "").split(",") if target}
+        trusted = folder_targets(CONFIG_DIR) | allowed
+        metrics = evaluate_checkpoint(Path(options["ckpt"]), device, hydra.utils.instantiate, split, trusted)
     except UserError as error:
         exit_with(error)
     print(" ".join(f"{name} {value:.6g}" if isinstance(value, float) else f"{name} {value}"

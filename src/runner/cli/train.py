@@ -15,8 +15,9 @@ from omegaconf import DictConfig
 
 from runner.cli.arguments import CommandLine, for_rank, parse_overrides, resumed, value_text
 from runner.cli.exits import exit_with
-from runner.cli.hydra_app import check_command_line, run_hydra
+from runner.cli.hydra_app import check_command_line, run_hydra, trusted_targets
 from runner.cli.submitit_tasks import submitit_tasks_as_ranks
+from runner.cli.undo import ResumedRunDir, remove_new_run_dir
 from runner.config.errors import ConfigError, UserError
 from runner.config.typed import typed_config
 
@@ -27,18 +28,50 @@ log = logging.getLogger("runner")
 SWEEP_PLUGIN_GROUPS = ("hydra/launcher", "hydra/sweeper", "hparams_search")
 
 
-def with_resume(command_line: CommandLine) -> tuple[CommandLine, "Found | None"]:
+def with_resume(command_line: CommandLine) -> tuple[CommandLine, "Found | None", ResumedRunDir | None]:
     """The command line that continues the run ``resume=`` names, and its checkpoint, found and
-    loaded here once. ``resume=auto`` looks in the run's own directory, once Hydra has made it."""
+    loaded here once, and the run directory as it is before Hydra writes into it. ``resume=auto``
+    looks in the run's own directory, once Hydra has made it."""
     request = command_line.last("resume")
     if request is None or value_text(request) in ("auto", "null"):
-        return command_line, None
+        return command_line, None, None
     from runner.checkpoint.locate import locate_checkpoint, original_overrides
 
     found = locate_checkpoint(value_text(request), Path.cwd() / "outputs")
     original = original_overrides(found.run_dir)
+    check_stored_overrides(original, command_line, found.run_dir)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    return resumed(command_line, str(found.path), str(found.run_dir), original, stamp), found
+    before = ResumedRunDir.before(found.run_dir, f".hydra/resume-{stamp}")
+    return resumed(command_line, str(found.path), str(found.run_dir), original, stamp), found, before
+
+
+def check_stored_overrides(original: list[str], command_line: CommandLine, run_dir: Path) -> None:
+    """A run directory's record of its command line is data: what it would make runner import or
+    call (a ``_target_``, a config folder, a config file outside the config folders, Hydra's own
+    settings) is refused unless this command line names it. The overrides given now replace theirs."""
+    from runner.config.trust import check_named, targets_in
+
+    record = run_dir / ".hydra" / "overrides.yaml"
+    given = set(command_line.keys())
+    stored = [override for override in parse_overrides(original) if override.key_or_group not in given]
+    named = []
+    for override in stored:
+        key, value = override.key_or_group.lstrip("+~"), override.value()
+        if key == "hydra.searchpath":
+            raise ConfigError(
+                f"resume={run_dir}: the run was started with {override.input_line}; runner takes no config "
+                "folders from a run directory: give it again on this command line"
+            )
+        selects_file = "." not in key and isinstance(value, str) and (".." in value or value.startswith("/"))
+        if key.startswith("hydra") or selects_file:
+            raise ConfigError(
+                f"resume={run_dir}: {record} holds {override.input_line}, which runner does not re-apply "
+                "from a run directory (it names Hydra settings or a config file outside the config "
+                "folders); give it on this command line if you mean it"
+            )
+        named += [(key, str(value))] if key.endswith("_target_") else list(targets_in(value, key))
+    check_named(named, trusted_targets(command_line), f"resume={run_dir}: {record}",
+                "give {first} on this command line")  # fmt: skip
 
 
 def under_torchrun(command_line: CommandLine) -> CommandLine:
@@ -62,9 +95,12 @@ def under_torchrun(command_line: CommandLine) -> CommandLine:
     return for_rank(command_line, run_dir, int(os.environ["RANK"]))
 
 
-def train_task(cfg: DictConfig, found: "Found | None" = None) -> float | None:
+def train_task(
+    cfg: DictConfig, found: "Found | None" = None, resumed_dir: ResumedRunDir | None = None
+) -> float | None:
     """One run, or one job of a sweep. A failed sweep job records its failure (traceback in its log,
-    ``result.json``) and returns NaN, so the other jobs and the sweep's summary still run."""
+    ``result.json``) and returns NaN, so the other jobs and the sweep's summary still run. A run
+    refused at its start leaves nothing behind: no new run directory, a resumed one as it was."""
     from runner.experiment.train import train
     from runner.observe.records import write_result
 
@@ -88,7 +124,11 @@ def train_task(cfg: DictConfig, found: "Found | None" = None) -> float | None:
             )
         except UserError as error:
             if not in_sweep:
-                exit_with(error)  # bad input writes nothing beyond Hydra's own files
+                if resumed_dir is not None and resumed_dir.run_dir == run_dir.resolve():
+                    resumed_dir.restore()
+                else:
+                    remove_new_run_dir(run_dir, Path.cwd() / "outputs")
+                exit_with(error)
             record("failed", error=str(error))
             log.error("job failed: %s", error)
             return math.nan
@@ -107,13 +147,13 @@ def main_train(arguments: list[str]) -> None:
     try:
         command_line = CommandLine.parse(arguments)
         check_command_line(command_line)
-        command_line, found = with_resume(command_line)
+        command_line, found, resumed_dir = with_resume(command_line)
         if distributed:
             command_line = under_torchrun(command_line)
     except UserError as error:
         exit_with(error)
     try:
-        run_hydra(lambda cfg: train_task(cfg, found), command_line)
+        run_hydra(lambda cfg: train_task(cfg, found, resumed_dir), command_line)
     finally:
         if distributed:
             from runner.training.distributed import stop_process_group

@@ -29,6 +29,33 @@ def check_top_level_key(key: str, given: str, extra_known: Iterable[str] = ()) -
         )
 
 
+def check_section_key(key: str, given: str) -> None:
+    """A key inside one of the schema's sections (``trainer.max_step``) must be one it declares; the
+    open ``_target_`` mappings (model, optimizer, ...) take any key."""
+    parts = key.split(".")
+    if len(parts) < 2 or parts[0] in SETTINGS or parts[0] not in TOP_LEVEL_KEYS:
+        return
+    if any(".".join(parts[:n]) in SETTINGS for n in range(2, len(parts) + 1)):
+        return
+    known = dict.fromkeys(name.split(".")[1] for name in SETTINGS if name.startswith(parts[0] + "."))
+    raise ConfigError(f"{given}: {parts[0]} has no key {parts[1]}; its keys: {', '.join(known)}")
+
+
+def check_deletable(key: str, given: str) -> None:
+    """``~key`` may drop an argument inside an open ``_target_`` mapping (``~model.dropout``), not one
+    of runner's settings: the schema would put its default back without a word."""
+    top = key.split(".")[0]
+    if key not in SETTINGS or ("." in key and top in SETTINGS):
+        return
+    declared = SETTINGS[key]
+    nullable = declared.rule is not None and declared.rule.accepts(None)
+    raise ConfigError(
+        f"{given}: {key} is one of runner's settings and cannot be deleted; set it instead ({key}=VALUE"
+        + (f", or {key}=null" if nullable else "")
+        + ")"
+    )
+
+
 def value_at(config: Any, key: str) -> Any:
     """``config``'s value at a dotted key (attributes of the typed sections, keys of the open
     mappings), or ``ABSENT``."""

@@ -116,7 +116,7 @@ class RunConfig:
     channels_last: bool = setting(False, rule=BOOLEAN)
     trainer: TrainerConfig = setting(TrainerConfig)
     data: DataConfig = setting(DataConfig)
-    model: Any = setting(resume="weights", keys={"_target_": Setting(resume="weights", hparam=True)})
+    model: Any = setting(keys={"_target_": Setting(hparam=True)})
     optimizer: Any = setting(
         keys={
             "_target_": Setting(hparam=True),

@@ -9,10 +9,9 @@ from typing import Any, Literal
 
 from omegaconf import MISSING
 
-# "same": a resumed run must keep it (it changes the math of the steps taken); "may_change": it does
-# not (limits, cadences, where things go); "weights": compared when the weights load, which names the
-# keys and shapes that differ (the model's settings).
-ResumePolicy = Literal["same", "may_change", "weights"]
+# "same": a resumed run must keep it (it changes the math of the steps taken: the model's settings
+# too, dropout as much as a layer's width); "may_change": it does not (limits, cadences, where things go).
+ResumePolicy = Literal["same", "may_change"]
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ ABSENT = "<absent>"
 
 
 def check_resume_compatible(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
-    """Refuse a resumed config that would change the math of the run so far. The model's settings
-    are left to the strict state-dict check, which names the keys and shapes that differ."""
+    """Refuse a resumed config that would change the math of the run so far, the model's settings
+    included (a changed dropout fits the saved weights and still changes the math)."""
     saved_flat, current_flat = flatten(comparable(saved)), flatten(comparable(current))
     changed = [
         f"{key} ({show(saved_flat.get(key, ABSENT))} -> {show(current_flat.get(key, ABSENT))})"

@@ -2,11 +2,13 @@
 and data rebuilt from the config stored in it. When the run averaged its weights (``ema``), those are
 what is evaluated."""
 
+from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any
 
 from runner.checkpoint.files import check_state_dict_fits, load_checkpoint
 from runner.config.errors import ConfigError
+from runner.config.trust import check_named, targets_in
 from runner.config.typed import typed_config
 from runner.data.loading import make_loader
 from runner.experiment.setup import Build, build_collate_fn, build_model_and_data, build_named
@@ -17,9 +19,19 @@ from runner.training.validation import evaluate
 SPLITS = ("val", "test")
 
 
-def evaluate_checkpoint(path: Path, device_name: str, build: Build, split: str = "val") -> dict[str, Any]:
+def evaluate_checkpoint(
+    path: Path, device_name: str, build: Build, split: str = "val", trusted: Set[str] = frozenset()
+) -> dict[str, Any]:
+    """``trusted``: the ``_target_``s the checkpoint's config may name (it names code to run: a file
+    from elsewhere must not run any the user did not name)."""
     checkpoint = load_checkpoint(path)
-    config = typed_config(checkpoint["config"])
+    stored = checkpoint.get("config")
+    if not isinstance(stored, Mapping):
+        raise ConfigError(f"checkpoint {path} holds no run config; eval rebuilds the model and data from it")
+    check_named(
+        targets_in(stored), set(trusted), f"checkpoint {path}", "allow them with allow_targets={targets}"
+    )
+    config = typed_config(stored)
     device = resolve_device(device_name)
     parts = build_model_and_data(config, build, device)
     dataset = parts.val_set if split == "val" else parts.test_set
