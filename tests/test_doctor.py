@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO, run_cli
+from conftest import PLUGINS, REPO, run_cli
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -83,6 +83,41 @@ class Softmaxed(nn.Module):
         return self.body(inputs).softmax(dim=1)
 
 
+class SqrtOutputs(nn.Module):
+    """The square root of the logits: NaN wherever a logit is negative, before any training step."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = mlp()
+
+    def forward(self, inputs):
+        return self.body(inputs).sqrt()
+
+
+class NaNInEval(nn.Module):
+    """Finite in train(); NaN in eval(), the same NaN in every eval forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = mlp()
+
+    def forward(self, inputs):
+        outputs = self.body(inputs)
+        return outputs if self.training else outputs * float("nan")
+
+
+class WithNaNBuffer(nn.Module):
+    """A healthy MLP holding a buffer of NaN that forward never reads (an unset statistic)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = mlp()
+        self.register_buffer("unset", torch.full((3,), float("nan")))
+
+    def forward(self, inputs):
+        return self.body(inputs)
+
+
 def frozen():
     model = mlp()
     model.requires_grad_(False)
@@ -96,6 +131,12 @@ def with_nans(inputs):
 
 
 INPUTS, LABELS = blobs()
+TINY_DATA = (
+    "data=classification",
+    "data.dataset.num_train=64",
+    "data.dataset.num_val=32",
+    "data.batch_size=16",
+)
 REGRESSION_TARGETS = INPUTS.sum(dim=1)  # shape (N,): broadcasts against a (N, 1) prediction
 
 
@@ -116,6 +157,7 @@ REGRESSION_TARGETS = INPUTS.sum(dim=1)  # shape (N,): broadcasts against a (N, 1
             lambda: setup_for(mlp(8, 1), INPUTS * 1e20, REGRESSION_TARGETS[:, None], nn.MSELoss()),
             4,
         ),
+        ("NaN outputs", lambda: setup_for(SqrtOutputs(), INPUTS, LABELS), 4),
         ("unused layer", lambda: setup_for(UnusedLayer(), INPUTS, LABELS), 5),
         ("frozen model", lambda: setup_for(frozen(), INPUTS, LABELS), 6),
         ("lr=0", lambda: setup_for(mlp(), INPUTS, LABELS, lr=0.0), 6),
@@ -128,6 +170,79 @@ def test_broken_setup_is_caught_by_the_right_check(name, make_setup, caught_by):
     assert first_failure(results) == caught_by, [(r.number, r.status, r.found) for r in results]
     failing = results[caught_by - 1]
     assert failing.advice, name
+
+
+def statuses(results):
+    return [result.status for result in results]
+
+
+def said(result):
+    return f"{result.found} / {result.advice}"
+
+
+def test_nan_outputs_are_named_nan_by_every_check_and_not_blamed_on_dropout():
+    results = run_checks(setup_for(SqrtOutputs(), INPUTS, LABELS))
+    table = [(r.number, r.status, r.found) for r in results]
+    assert statuses(results) == [PASS] * 3 + [FAIL] * 5, table
+    loss, gradients, update, validation, overfit = results[3:]
+    assert loss.found.startswith("the loss is NaN: the model's outputs contain "), said(loss)
+    assert "NaN of 48 values, before any training step" in loss.found, said(loss)
+    assert "sqrt" in loss.advice and "learning rate" not in loss.advice, said(loss)  # no step was taken
+    assert gradients.found.startswith("the gradients are NaN in body.0.weight"), said(gradients)
+    assert update.found.startswith("the parameters are NaN after one optimizer step"), said(update)
+    assert validation.found.startswith("the model's outputs in eval() contain "), said(validation)
+    assert "NaN of 48 values (as in train(): see check 4)" in validation.found, said(validation)
+    assert overfit.found.startswith("the loss is NaN from the first step"), said(overfit)
+    assert not any("dropout" in said(result) or "randomness" in said(result) for result in results), table
+
+
+def test_nan_only_in_eval_fails_check_7_saying_nan_not_dropout():
+    """NaN never equals NaN: two eval forwards that give the same NaN are the same output."""
+    results = run_checks(setup_for(NaNInEval(), INPUTS, LABELS))
+    table = [(r.number, r.status, r.found) for r in results]
+    assert statuses(results) == [PASS] * 6 + [FAIL, PASS], table
+    validation = results[6]
+    assert validation.found == (
+        "the model's outputs in eval() contain 48 NaN of 48 values (in train() the loss was finite)"
+    ), said(validation)
+    assert "dropout" not in said(validation) and "eval()" in validation.advice, said(validation)
+
+
+def test_a_buffer_that_is_nan_before_and_after_validation_has_not_changed():
+    results = run_checks(setup_for(WithNaNBuffer(), INPUTS, LABELS))
+    assert statuses(results) == [PASS] * 8, [(r.number, r.found) for r in results]
+
+
+def test_parameters_that_turn_inf_in_one_step_fail_check_6_and_are_undone():
+    setup = setup_for(mlp(), INPUTS * 100, LABELS, clip=None)
+    setup.optimizer_factory = lambda m: torch.optim.SGD(m.parameters(), lr=1e38)
+    results = run_checks(setup)
+    table = [(r.number, r.status, r.found) for r in results]
+    assert FAIL not in statuses(results)[:5], table
+    update, validation, overfit = results[5:]
+    assert update.status == FAIL, table
+    assert update.found.startswith(
+        "the parameters are Inf after one optimizer step with finite gradients (lr 1e+38 too high?): "
+    ), said(update)
+    assert update.advice == "lower the learning rate (optimizer.lr); add gradient clipping (clip=1.0)"
+    # The step is undone: validation tests the model as built, not the step's Inf.
+    assert validation.status == PASS, said(validation)
+    assert all(torch.isfinite(p).all() for p in setup.model.parameters())
+    assert overfit.status == FAIL and overfit.found.startswith("the loss went "), said(overfit)
+
+
+def test_a_step_that_makes_the_loss_nan_fails_check_6_and_check_8_says_when():
+    results = run_checks(setup_for(mlp(), INPUTS, LABELS, lr=1e30))
+    table = [(r.number, r.status, r.found) for r in results]
+    assert statuses(results) == [PASS] * 5 + [FAIL, PASS, FAIL], table
+    update, overfit = results[5], results[7]
+    assert update.found.startswith(
+        "one optimizer step (lr 1e+30) made the loss on the same batch NaN (it was "
+    ), said(update)
+    assert "the largest parameter is now 1e+30" in update.found, said(update)
+    assert overfit.found.startswith("the loss went NaN at step 2 of 100 on one batch (it was "), said(overfit)
+    assert "learning rate" in overfit.advice and "clip=1.0" not in overfit.advice  # clip is on already
+    assert not any("dropout" in said(result) for result in results), table
 
 
 def test_healthy_setup_passes_every_check():
@@ -273,3 +388,32 @@ def test_doctor_command_json_names_the_failing_check(tmp_path):
     checks = json.loads(result.stdout)
     assert next(check["number"] for check in checks if check["status"] == FAIL) == 2
     assert "broadcasts" in checks[1]["found"]
+
+
+@pytest.mark.slow
+def test_doctor_command_says_nan_for_a_model_whose_outputs_are_nan(tmp_path):
+    result = run_cli(
+        "doctor", "--json", *TINY_DATA, "model._target_=nan_model.SqrtOutputs",
+        cwd=tmp_path, env={"PYTHONPATH": str(PLUGINS) + os.pathsep + os.environ.get("PYTHONPATH", "")},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    checks = json.loads(result.stdout)
+    assert [check["number"] for check in checks] == list(range(1, 9))
+    assert [check["status"] for check in checks] == [PASS] * 3 + [FAIL] * 5, checks
+    assert checks[3]["found"].startswith("the loss is NaN: the model's outputs contain "), checks[3]
+    assert checks[5]["found"].startswith("the parameters are NaN after one optimizer step"), checks[5]
+    assert checks[6]["found"].startswith("the model's outputs in eval() contain "), checks[6]
+    assert "NaN" in checks[6]["found"], checks[6]
+    assert "dropout" not in result.stdout and "randomness" not in result.stdout
+    assert not list(tmp_path.iterdir())  # the doctor writes nothing
+
+
+@pytest.mark.slow
+def test_doctor_command_says_a_learning_rate_that_makes_the_loss_nan_in_one_step(tmp_path):
+    result = run_cli("doctor", *TINY_DATA, "optimizer.lr=1e30", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "6. [FAIL] parameters change after optimizer.step(): one optimizer step (lr 1e+30) made " \
+        "the loss on the same batch NaN" in result.stdout, result.stdout  # fmt: skip
+    assert "7. [pass] validation runs in eval() without gradients" in result.stdout, result.stdout
+    assert "8. [FAIL] sanity run: overfit one batch: the loss went NaN at step 2" in result.stdout
+    assert "dropout" not in result.stdout

@@ -8,15 +8,22 @@ import torch
 from torch import nn
 
 from runner.tools.doctor.probe import (
-    ADVICE_NAN,
+    ADVICE_BAD_DATA,
+    ADVICE_FORWARD_NAN,
+    ADVICE_NAN_LOSS,
+    ADVICE_NAN_WEIGHTS,
     FAIL,
     PASS,
     SKIP,
     WARN,
     Finding,
     Probe,
+    model_outputs,
     named_tensors,
     named_values,
+    nonfinite_parameters,
+    nonfinite_text,
+    value_text,
 )
 from runner.training.batches import (
     BatchError,
@@ -87,7 +94,7 @@ def check_batch(probe: Probe) -> Finding:
         return Finding(
             FAIL,
             "; ".join(problems) + f" ({found})",
-            "fix the data: clean or drop the bad samples, check the preprocessing",
+            ADVICE_BAD_DATA,
         )
     return Finding(PASS, found)
 
@@ -258,12 +265,37 @@ def check_devices(probe: Probe) -> Finding:
 
 
 def check_loss(probe: Probe) -> Finding:
+    """A NaN or Inf loss before any training step: the parameters, the model's outputs or the loss
+    itself, named in that order (the first one that is not finite is where it starts)."""
     setup = probe.setup
     setup.model.train()
     try:
-        probe.loss = forward(setup.model, probe.batch, setup.loss_fn, setup.target_key).loss
+        result = forward(setup.model, probe.batch, setup.loss_fn, setup.target_key)
     except Exception as error:
         return Finding(SKIP, f"no loss ({type(error).__name__}); see check 2")
+    probe.loss = result.loss
+    loss = value_text(probe.loss.detach().float().mean().item()) if probe.loss.numel() else "empty"
+    outputs = nonfinite_text("the model's outputs", model_outputs(result.outputs))
     if not torch.isfinite(probe.loss).all():
-        return Finding(FAIL, f"loss is {probe.loss.item()}", ADVICE_NAN)
-    return Finding(PASS, f"loss {probe.loss.item():.4g}")
+        broken, kind = nonfinite_parameters(setup.model)
+        if broken:
+            return Finding(
+                FAIL,
+                f"the loss is {loss}: the parameters are {kind} before any training step: "
+                + ", ".join(broken[:6]),
+                ADVICE_NAN_WEIGHTS,
+            )
+        if outputs:
+            return Finding(
+                FAIL, f"the loss is {loss}: {outputs}, before any training step", ADVICE_FORWARD_NAN
+            )
+        return Finding(
+            FAIL,
+            f"the loss is {loss} although the model's outputs are finite",
+            ADVICE_NAN_LOSS,
+        )
+    if outputs:
+        return Finding(
+            WARN, f"loss {loss}, but {outputs}", "the loss ignores them for now; " + ADVICE_FORWARD_NAN
+        )
+    return Finding(PASS, f"loss {loss}")

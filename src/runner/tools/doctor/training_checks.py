@@ -3,13 +3,36 @@ the run's own training step."""
 
 import copy
 import math
+from typing import Any
 
 import torch
+from torch import nn
 
-from runner.tools.doctor.probe import ADVICE_NAN, FAIL, PASS, SKIP, WARN, Finding, Probe, named_tensors
+from runner.tools.doctor.probe import (
+    ADVICE_BAD_DATA,
+    ADVICE_FORWARD_NAN,
+    ADVICE_NAN_LOSS,
+    ADVICE_NAN_WEIGHTS,
+    FAIL,
+    PASS,
+    SKIP,
+    WARN,
+    Finding,
+    Probe,
+    count_nonfinite,
+    model_outputs,
+    named_tensors,
+    nonfinite_kind,
+    nonfinite_parameters,
+    nonfinite_text,
+    same,
+    value_text,
+)
 from runner.training.batches import Forward, forward, to_device
 from runner.training.step import Learner, train_step
 from runner.training.validation import evaluate
+
+ADVICE_LOSS_FIRST = "fix the NaN loss first (check 4): no training step can mend it"
 
 
 def check_gradients(probe: Probe) -> Finding:
@@ -39,7 +62,20 @@ def check_gradients(probe: Probe) -> Finding:
             "(.detach(), .item(), .numpy(), torch.no_grad in forward)",
         )
     if nonfinite:
-        return Finding(FAIL, "non-finite gradients in " + ", ".join(nonfinite[:6]), ADVICE_NAN)
+        kind = nonfinite_kind(*count_nonfinite(p.grad for n, p in trainable if n in nonfinite)[:2])
+        found = f"the gradients are {kind} in " + ", ".join(nonfinite[:6])
+        if not torch.isfinite(loss).all():
+            return Finding(
+                FAIL,
+                found + f" (the loss is {value_text(loss.detach().float().mean().item())}: see check 4)",
+                ADVICE_LOSS_FIRST,
+            )
+        return Finding(
+            FAIL,
+            found + " although the loss is finite",
+            "find the operation whose gradient is not finite (torch.autograd.set_detect_anomaly(True) "
+            "names it): sqrt or norm of 0 and pow with a fractional exponent are the usual ones",
+        )
     found = f"total norm {total:.4g}; largest: {largest}"
     if clip is not None and total > 10 * clip:
         return Finding(
@@ -54,6 +90,8 @@ def check_gradients(probe: Probe) -> Finding:
 
 
 def check_update(probe: Probe) -> Finding:
+    """One step of the run's optimizer with check 5's gradients. A step that leaves the parameters, or
+    the loss on the same batch, NaN or Inf fails and is undone: the later checks test the model."""
     model = probe.setup.model
     trainable = {id(p): n for n, p in model.named_parameters() if p.requires_grad}
     if not trainable:
@@ -67,10 +105,23 @@ def check_update(probe: Probe) -> Finding:
     optimizer = probe.setup.optimizer_factory(model)
     in_optimizer = {id(p) for group in optimizer.param_groups for p in group["params"]}
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    broken_before, _ = nonfinite_parameters(model)
+    loss_before = eval_loss_kind(probe)
+    if probe.setup.clip is not None:  # as train's step clips before the update
+        torch.nn.utils.clip_grad_norm_(
+            [p for p in model.parameters() if p.grad is not None], probe.setup.clip
+        )
     optimizer.step()
-    changed = [n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())]
+    changed = [n for n, p in model.named_parameters() if not same(before[n], p.detach())]
     not_optimized = [n for pid, n in trainable.items() if pid not in in_optimizer]
     lrs = sorted({group["lr"] for group in optimizer.param_groups})
+    rates = ", ".join(f"{lr:g}" for lr in lrs)
+    blown_up = blow_up(probe, broken_before, loss_before, rates)
+    if blown_up is not None:
+        with torch.no_grad():  # the later checks test the model, not this step's damage
+            for name, parameter in model.named_parameters():
+                parameter.copy_(before[name])
+        return blown_up
     if not changed:
         reason = "optimizer.lr=0" if lrs == [0] else "no gradient reached the optimizer"
         return Finding(
@@ -86,11 +137,70 @@ def check_update(probe: Probe) -> Finding:
             "build the optimizer over model.parameters()",
         )
     unchanged = [n for n in trainable.values() if n not in changed]
-    rates = ", ".join(f"{lr:g}" for lr in lrs)
     found = f"{len(changed)} of {len(trainable)} trainable tensors changed (lr {rates})"
     if unchanged:
         return Finding(WARN, found + "; unchanged: " + ", ".join(unchanged[:6]))
     return Finding(PASS, found)
+
+
+def blow_up(probe: Probe, broken_before: list[str], loss_before: str | None, rates: str) -> Finding | None:
+    """Check 6's finding where the step left the parameters NaN or Inf, or made the loss on the same
+    batch NaN or Inf where it was finite before the step; None otherwise."""
+    model = probe.setup.model
+    broken, kind = nonfinite_parameters(model)
+    if broken:
+        names = ", ".join(broken[:6])
+        if broken_before:
+            return Finding(
+                FAIL,
+                f"the parameters were {kind} before the step: {names}; see check 4",
+                "rebuild the model, or load a checkpoint saved before the loss went NaN",
+            )
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        if any(not torch.isfinite(grad).all() for grad in grads):
+            return Finding(
+                FAIL,
+                f"the parameters are {kind} after one optimizer step: {names} (the gradients were "
+                "not finite: see check 5)",
+                "fix the gradients first (check 5); then lower the learning rate if it persists",
+            )
+        return Finding(
+            FAIL,
+            f"the parameters are {kind} after one optimizer step with finite gradients (lr {rates} "
+            f"too high?): {names}",
+            "lower the learning rate (optimizer.lr)"
+            + ("" if probe.setup.clip is not None else "; add gradient clipping (clip=1.0)"),
+        )
+    loss_kind = eval_loss_kind(probe) if loss_before == "" else None
+    if not loss_kind:
+        return None
+    was = value_text(probe.loss.detach().float().mean().item())
+    return Finding(
+        FAIL,
+        f"one optimizer step (lr {rates}) made the loss on the same batch {loss_kind} (it was {was}); "
+        f"the largest parameter is now {largest_parameter(model):.3g}",
+        "lower the learning rate (optimizer.lr): the step is far too large",
+    )
+
+
+def eval_loss_kind(probe: Probe) -> str | None:
+    """``NaN``, ``Inf`` or ``""`` (finite): the loss on the first batch under eval() and without
+    gradients (no statistics updated, no randomness); None where it cannot be had."""
+    setup = probe.setup
+    was_training = setup.model.training
+    setup.model.eval()
+    try:
+        with torch.no_grad():
+            loss = forward(setup.model, probe.batch, setup.loss_fn, setup.target_key).loss
+    except Exception:
+        return None  # a model that cannot run in eval(): check 7 says why
+    finally:
+        setup.model.train(was_training)
+    return nonfinite_kind(*count_nonfinite([loss.detach()])[:2])
+
+
+def largest_parameter(model: nn.Module) -> float:
+    return max((p.detach().abs().max().item() for p in model.parameters() if p.numel()), default=0.0)
 
 
 def check_validation(probe: Probe) -> Finding:
@@ -116,7 +226,7 @@ def check_validation(probe: Probe) -> Finding:
             hook.remove()
     in_train = sorted({n or "<model>" for n, training, _ in seen if training})
     with_grad = sorted({n or "<model>" for n, _, grad in seen if grad})
-    moved = [n for n, b in model.named_buffers() if not torch.equal(buffers_before[n], b)]
+    moved = [n for n, b in model.named_buffers() if not same(buffers_before[n], b)]
     if in_train or with_grad:
         return Finding(
             FAIL,
@@ -131,7 +241,10 @@ def check_validation(probe: Probe) -> Finding:
             "buffers changed during validation: " + ", ".join(moved[:6]),
             "a module updates statistics in eval: check batch-norm and custom modules",
         )
-    if not all(torch.equal(a, b) for a, b in zip(outputs_of(first), outputs_of(second), strict=True)):
+    finding = nonfinite_in_eval(probe, batch, first)
+    if finding is not None:
+        return finding
+    if not all(same(a, b) for a, b in zip(outputs_of(first), outputs_of(second), strict=True)):
         return Finding(
             FAIL,
             "two eval forwards of the same batch differ: dropout or other randomness "
@@ -139,6 +252,32 @@ def check_validation(probe: Probe) -> Finding:
             "use nn.Dropout (which eval() turns off), not F.dropout(..., training=True)",
         )
     return Finding(PASS, "eval() on every module, no gradient tracking, same output twice")
+
+
+def nonfinite_in_eval(probe: Probe, batch: Any, result: Forward) -> Finding | None:
+    """Check 7's finding where the eval forward's outputs or loss are NaN or Inf, named with where it
+    starts: the weights, the validation batch, the forward or the loss; None where all is finite."""
+    model = probe.setup.model
+    outputs = nonfinite_text("the model's outputs in eval()", model_outputs(result.outputs))
+    if outputs is None and torch.isfinite(result.loss).all():
+        return None
+    found = outputs or f"the validation loss is {value_text(result.loss.float().mean().item())}"
+    broken, kind = nonfinite_parameters(model)
+    if broken:
+        return Finding(FAIL, f"{found}: the parameters are {kind} (see check 4)", ADVICE_NAN_WEIGHTS)
+    inputs = nonfinite_text("the validation batch's tensors", [t for _, t in named_tensors(batch)])
+    if inputs is not None:
+        return Finding(FAIL, f"{found}: {inputs}", ADVICE_BAD_DATA)
+    if outputs is None:
+        return Finding(FAIL, found + " although the model's outputs are finite", ADVICE_NAN_LOSS)
+    if probe.loss is not None and not torch.isfinite(probe.loss).all():
+        return Finding(FAIL, found + " (as in train(): see check 4)", ADVICE_FORWARD_NAN)
+    return Finding(
+        FAIL,
+        found + " (in train() the loss was finite)",
+        "find what forward does differently in eval(): batch-norm running statistics, eval-only "
+        "branches; then log or sqrt of values <= 0, 0/0, an exp that overflows",
+    )
 
 
 def outputs_of(result: Forward) -> list[torch.Tensor]:
@@ -160,10 +299,25 @@ def check_overfit(probe: Probe, steps: int = 100) -> Finding:
     )
     window = [probe.batch]
     losses = [train_step(learner, window, setup.clip, check_finite=False).loss.item() for _ in range(steps)]
+    if not all(math.isfinite(loss) for loss in losses[-5:]):
+        went = next(step for step, loss in enumerate(losses, start=1) if not math.isfinite(loss))
+        kind = "NaN" if any(math.isnan(loss) for loss in losses[went - 1 :]) else "Inf"
+        advice = "lower the learning rate (optimizer.lr); then check the inputs" + (
+            "" if setup.clip is not None else " and add gradient clipping (clip=1.0)"
+        )
+        if went == 1:
+            found = f"the loss is {kind} from the first step on one batch"
+            if probe.loss is not None and not torch.isfinite(probe.loss).all():
+                return Finding(FAIL, found + "; see check 4", ADVICE_LOSS_FIRST)
+            return Finding(FAIL, found, advice)
+        return Finding(
+            FAIL,
+            f"the loss went {kind} at step {went} of {steps} on one batch (it was {value_text(losses[0])} "
+            "at step 1)",
+            advice,
+        )
     first, last = losses[0], min(losses[-5:])
     found = f"loss {first:.4g} -> {last:.4g} in {steps} steps on one batch"
-    if not math.isfinite(last):
-        return Finding(FAIL, found, ADVICE_NAN)
     if last > 0.7 * first:
         return Finding(
             FAIL,
