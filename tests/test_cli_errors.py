@@ -12,15 +12,15 @@ pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ("clip=0", "clip=0 is not allowed; clip must be a number > 0, or null"),
-        ("clip=-1", "clip=-1 is not allowed; clip must be a number > 0"),
-        ("clip=abc", "clip=abc is not allowed; clip must be a number > 0"),
+        ("clip=0", "clip=0 is not allowed; clip must be a finite number > 0, or null"),
+        ("clip=-1", "clip=-1 is not allowed; clip must be a finite number > 0"),
+        ("clip=abc", "clip=abc is not allowed; clip must be a finite number > 0"),
         ("accumulate=0", "accumulate=0 is not allowed; accumulate must be an integer >= 1"),
         ("accumulate=1.5", "accumulate=1.5 is not allowed; accumulate must be an integer >= 1"),
         ("precision=fp8", "precision=fp8 is not allowed; precision must be one of fp32, amp, bf16"),
         ("device=tpu", "device=tpu is not allowed; device must be auto, cpu, cuda, cuda:N or mps"),
         ("device=cuda", "device=cuda is not available: this machine has no CUDA device"),
-        ("optimizer.lr=-1", "optimizer.lr=-1 is not allowed; optimizer.lr must be a number >= 0"),
+        ("optimizer.lr=-1", "optimizer.lr=-1 is not allowed; optimizer.lr must be a finite number >= 0"),
         ("data.batch_size=0", "data.batch_size=0 is not allowed; data.batch_size must be an integer >= 1"),
         ("trainer.max_steps=-5", "trainer.max_steps=-5 is not allowed; trainer.max_steps must be an integer"),
         ("foo=1", "foo=1: 'foo' is not a config key; known top-level keys: accumulate, "),
@@ -42,6 +42,23 @@ pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
         ("trainer.max_step=5", "trainer.max_step=5: trainer has no key max_step; its keys: max_steps,"),
         ("model.hiden=5", "model.hiden: model has no key hiden; to add one, use +model.hiden=5"),
         ("~clip", "~clip: clip is one of runner's settings and cannot be deleted; set it instead"),
+        ("optimizer.lr=inf", "optimizer.lr=inf is not allowed; optimizer.lr must be a finite number >= 0"),
+        ("optimizer.lr=1e400", "optimizer.lr=inf is not allowed"),
+        (
+            "optimizer.fused=maybe",
+            "optimizer.fused=maybe is not allowed; optimizer.fused must be true, false or null",
+        ),
+        (
+            "model.hidden=[0]",
+            "model: runner.models.mlp refused input_shape=[1, 8, 8], num_outputs=10, hidden=[0], ",
+        ),
+        ("model.dropout=-0.1", "dropout=-0.1 is not allowed; dropout must be a number in [0, 1)"),
+        ("optimizer.betas=[2,3]", "optimizer: torch.optim.Adam refused lr=0.001, betas=[2, 3]"),
+        ("data.dataset.val_fraction=1.5", "val_fraction=1.5 is not allowed; it must be a number in (0, 1)"),
+        (
+            "device=cuda:99999999999999999999999",
+            "is not a device; device must be auto, cpu, cuda, cuda:N or mps",
+        ),
     ],
 )
 def test_bad_value_is_one_clear_line(tmp_path, override, expected):

@@ -3,9 +3,23 @@
 import itertools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
+
+
+def check_sizes(**sizes: Any) -> None:
+    """Every size an integer >= 1 (a width of 0 trains a model that can learn nothing)."""
+    for name, value in sizes.items():
+        values = list(value) if isinstance(value, Sequence) else [value]
+        if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+            raise ValueError(f"{name}={value} is not allowed; {name} must be integers >= 1")
+
+
+def check_dropout(dropout: Any) -> None:
+    if not (isinstance(dropout, int | float) and not isinstance(dropout, bool) and 0 <= dropout < 1):
+        raise ValueError(f"dropout={dropout} is not allowed; dropout must be a number in [0, 1)")
 
 
 def mlp(
@@ -17,6 +31,10 @@ def mlp(
     ``Sequential(Linear(10, 20), ReLU(), Linear(20, 1))`` (same parameter creation order, so the
     same initial weights under the same seed); ``Flatten`` has no parameters.
     """
+    check_sizes(input_shape=input_shape, num_outputs=num_outputs)
+    if list(hidden):
+        check_sizes(hidden=hidden)
+    check_dropout(dropout)
     widths = [math.prod(input_shape), *hidden]
     layers: list[nn.Module] = [nn.Flatten()]
     for width_in, width_out in itertools.pairwise(widths):
@@ -31,6 +49,7 @@ def cnn(input_shape: Sequence[int], num_outputs: int, channels: Sequence[int] = 
     """A small conv net for ``(C, H, W)`` inputs: 3x3 conv + ReLU blocks, 2x2 pooling, a head."""
     if len(input_shape) != 3:
         raise ValueError(f"cnn needs image-shaped inputs (C, H, W), got input_shape={list(input_shape)}")
+    check_sizes(input_shape=input_shape, num_outputs=num_outputs, channels=channels)
     widths = [input_shape[0], *channels]
     layers: list[nn.Module] = []
     for width_in, width_out in itertools.pairwise(widths):
@@ -47,8 +66,12 @@ class CharRNN(nn.Module):
         self, num_outputs: int, embedding: int = 32, hidden: int = 128, layers: int = 1, cell: str = "gru"
     ):
         super().__init__()
+        check_sizes(num_outputs=num_outputs, embedding=embedding, hidden=hidden, layers=layers)
+        cells = {"gru": nn.GRU, "lstm": nn.LSTM}
+        if cell not in cells:
+            raise ValueError(f"cell={cell} is not allowed; cell must be one of {', '.join(cells)}")
         self.embedding = nn.Embedding(num_outputs, embedding)
-        recurrent = {"gru": nn.GRU, "lstm": nn.LSTM}[cell]
+        recurrent = cells[cell]
         self.rnn = recurrent(embedding, hidden, num_layers=layers, batch_first=True)
         self.head = nn.Linear(hidden, num_outputs)
 

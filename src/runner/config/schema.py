@@ -123,6 +123,12 @@ class RunConfig:
             "lr": Setting(number_above(0, inclusive=True), hparam=True),
             "weight_decay": Setting(number_above(0, inclusive=True), hparam=True),
             "momentum": Setting(number_above(0, inclusive=True)),
+            "fused": Setting(
+                Rule(
+                    "true, false or null (torch's default implementation)",
+                    lambda v: v is None or isinstance(v, bool),
+                )
+            ),
             # Parameters with no weight decay: names containing one of these; "norm" also takes
             # every normalisation layer's parameters, by type.
             "no_decay": Setting(

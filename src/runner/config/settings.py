@@ -3,6 +3,7 @@ hyperparameter. Declared once, beside each field of the schema (``setting(...)``
 resume comparison and the HParams list are derived from those declarations."""
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -74,12 +75,14 @@ def int_at_least(minimum: int, nullable: bool = False, null_means: str = "") -> 
 
 def number_above(minimum: float, inclusive: bool, nullable: bool = False, null_means: str = "") -> Rule:
     relation = ">=" if inclusive else ">"
-    allowed = f"a number {relation} {minimum:g}" + (f", or null ({null_means})" if nullable else "")
+    allowed = f"a finite number {relation} {minimum:g}" + (f", or null ({null_means})" if nullable else "")
 
     def accepts(value: Any) -> bool:
         if nullable and value is None:
             return True
-        return _is_number(value) and (value >= minimum if inclusive else value > minimum)
+        if not _is_number(value) or not math.isfinite(value):
+            return False
+        return value >= minimum if inclusive else value > minimum
 
     return Rule(allowed, accepts)
 

@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from torch.utils.data import Subset, TensorDataset
 
+from runner.data.arguments import check_fraction
+
 DIGITS_FILE = Path(__file__).with_name("digits.csv.gz")
 DIGIT_CLASSES = [str(digit) for digit in range(10)]
 
@@ -22,6 +24,7 @@ def load_digits(val_fraction: float = 0.2, split_seed: int = 0) -> tuple[Subset,
     The split depends only on ``split_seed``, never on the run's seed, so runs with different
     seeds are compared on the same validation set.
     """
+    check_fraction(val_fraction)
     with gzip.open(DIGITS_FILE, "rt") as handle:
         rows = np.loadtxt(handle, delimiter=",", dtype=np.float32)
     images = torch.from_numpy(rows[:, :64] / 16.0).reshape(-1, 1, 8, 8)

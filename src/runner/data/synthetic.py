@@ -3,6 +3,8 @@
 import torch
 from torch.utils.data import TensorDataset
 
+from runner.data.arguments import check_counts
+
 
 def _generator(seed: int | None) -> torch.Generator | None:
     """``None`` draws from the run's (seeded) global RNG, as the course experiments do."""
@@ -23,6 +25,7 @@ def make_regression(
     Those targets are pure noise (the lab only needs large gradients). ``learnable=True`` makes
     ``y`` a noisy linear function of ``x`` instead, so a model can actually fit it.
     """
+    check_counts(num_train=num_train, num_val=num_val, num_features=num_features)
     generator = _generator(seed)
     true_weights = torch.randn(num_features, 1, generator=generator) if learnable else None
 
@@ -47,6 +50,7 @@ def make_classification(
     seed: int | None = 0,
 ) -> tuple[TensorDataset, TensorDataset]:
     """Gaussian blobs, one per class, around centres drawn once per data set."""
+    check_counts(num_train=num_train, num_val=num_val, num_features=num_features, num_classes=num_classes)
     generator = _generator(seed)
     centres = torch.randn(num_classes, num_features, generator=generator) * class_separation
 

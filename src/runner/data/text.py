@@ -7,6 +7,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import TensorDataset
 
+from runner.data.arguments import check_fraction
+
 TEXT_FILE = Path(__file__).with_name("coriolanus.txt")
 
 
@@ -15,6 +17,7 @@ def load_text(
 ) -> tuple[TensorDataset, TensorDataset]:
     """Windows of ``seq_len`` characters; the target is the same window shifted by one character.
     The last ``val_fraction`` of the text is held out for validation."""
+    check_fraction(val_fraction)
     text = TEXT_FILE.read_text()
     vocabulary = sorted(set(text))
     index = {char: position for position, char in enumerate(vocabulary)}

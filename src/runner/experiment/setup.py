@@ -24,16 +24,29 @@ from runner.training.seeding import seed_everything
 Build = Callable[..., Any]
 
 
+# Whose constructors' complaints are about the values the user gave: runner's and torch's own.
+OWN_PACKAGES = ("runner", "torch")
+
+
 def build_component(build: Build, key: str, spec: Mapping[str, Any], *args: Any) -> Any:
     """Build one ``_target_`` config. A target that cannot be imported or called with the config's
-    arguments is a one-line error naming the key; an error raised inside user code keeps its
-    traceback."""
+    arguments is a one-line error naming the key, and so is a value runner's or torch's own
+    constructors refuse (``model.dropout=1.5``); an error raised inside user code keeps its traceback."""
     try:
         return build(spec, *args)
     except Exception as error:
         cause = error
         while cause.__cause__ is not None:  # Hydra wraps the error that says what went wrong
             cause = cause.__cause__
+        target = str(spec.get("_target_", ""))
+        if isinstance(cause, ValueError | RuntimeError | KeyError | OSError) and target.startswith(
+            tuple(f"{package}." for package in OWN_PACKAGES)
+        ):
+            given = ", ".join(
+                f"{name}={show(value)}" for name, value in spec.items() if not name.startswith("_")
+            )
+            reason = f"{type(cause).__name__}: {cause}".splitlines()[0]
+            raise ConfigError(f"{key}: {target} refused {given or 'its arguments'} ({reason})") from None
         if not isinstance(cause, ImportError | AttributeError | TypeError):
             raise cause from None
         reason = f"{type(cause).__name__}: {cause}".splitlines()[0]
@@ -143,6 +156,12 @@ def build_model_and_data(config: RunConfig, build: Build, device: torch.device) 
             f"data.dataset._target_={config.data.dataset['_target_']} returned {type(datasets).__name__}; "
             "it must return (train, val) or (train, val, test) data sets"
         )
+    for name, dataset in zip(("training", "validation", "test"), datasets, strict=False):
+        if hasattr(dataset, "__len__") and len(dataset) == 0:
+            raise ConfigError(
+                f"data.dataset._target_={config.data.dataset['_target_']} returned an empty {name} set "
+                f"(0 samples); a run needs samples to {'train on' if name == 'training' else 'evaluate on'}"
+            )
     loss_fn = build_component(build, "loss", config.loss)
     test_set = datasets[2] if len(datasets) == 3 else None
     return Components(model.to(device), datasets[0], datasets[1], loss_fn, test_set)

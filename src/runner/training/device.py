@@ -15,7 +15,12 @@ def resolve_device(requested: str) -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
 
-    device = torch.device(requested)
+    try:
+        device = torch.device(requested)
+    except RuntimeError:
+        raise ConfigError(
+            f"device={requested} is not a device; device must be auto, cpu, cuda, cuda:N or mps"
+        ) from None
     if device.type == "cuda":
         available = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if available == 0:
