@@ -2,8 +2,10 @@
 
 import csv
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import optuna
 import pytest
@@ -151,3 +153,32 @@ def test_sweeps_started_together_get_their_own_directories(tmp_path):
     assert len(sweeps) == 2
     for directory in sweeps:
         assert len(summary_rows(directory)) == 1
+
+
+def test_sigterm_stops_a_sweep_saving_the_running_job_and_naming_the_jobs_not_run(tmp_path):
+    """The running job saves at its next step boundary; the jobs after it are not run (nothing is
+    left for them); the summary covers what ran; the sweep exits 143."""
+    plugins = str(REPO / "tests" / "plugins")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runner", "train", "-m", *TINY, "trainer.max_steps=400",
+         "data.dataset._target_=slow_data.slow_classification", "+data.dataset.seconds_per_item=0.002",
+         "checkpoint.every_n_steps=1", "seed=1,2,3"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1",
+             "PYTHONPATH": plugins + os.pathsep + os.environ.get("PYTHONPATH", "")},
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("outputs/multirun/*/*/0/checkpoints/step_*.pt")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    assert "Traceback" not in err
+    assert "the sweep was stopped by SIGTERM" in err
+    assert "jobs not run: 1 (seed=2); 2 (seed=3)" in err
+    directory = sweep_dir(tmp_path)
+    assert (directory / "0" / "checkpoints" / "last.pt").is_file()
+    assert sorted(path.name for path in directory.iterdir() if path.is_dir()) == ["0"]
+    rows = summary_rows(directory)
+    assert [row["job"] for row in rows] == ["0"] and rows[0]["status"] == "incomplete"

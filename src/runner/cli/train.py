@@ -4,9 +4,12 @@ torchrun, then run (or sweep) under Hydra."""
 import logging
 import math
 import os
+import signal
+import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -95,9 +98,42 @@ def under_torchrun(command_line: CommandLine) -> CommandLine:
     return for_rank(command_line, run_dir, int(os.environ["RANK"]))
 
 
+@dataclass
+class SweepStop:
+    """A sweep run in this process (Hydra's basic launcher) that a signal stopped: the running job
+    saves and ends, the jobs after it are not run, the summary covers what ran."""
+
+    swept: list[str] = field(default_factory=list)  # the keys the command line sweeps, naming a job
+    signal_number: int | None = None
+    not_run: list[str] = field(default_factory=list)
+
+    def skip(self, number: int, overrides: list[str]) -> None:
+        varied = [o.input_line for o in parse_overrides(overrides) if o.key_or_group in self.swept]
+        self.not_run.append(f"{number} ({' '.join(varied or overrides)})")
+
+    def stops(self, error: SystemExit, hydra_config: Any) -> bool:
+        """Whether ``error`` is a job's exit for SIGTERM or SIGINT in such a sweep (then it is taken)."""
+        from runner.training.distributed import in_submitit_job
+
+        number = error.code - 128 if isinstance(error.code, int) else None
+        in_process = "BasicLauncher" in str(hydra_config.launcher.get("_target_", ""))
+        if number not in (signal.SIGTERM, signal.SIGINT) or not in_process or in_submitit_job():
+            return False
+        self.signal_number = number
+        return True
+
+    def report(self) -> NoReturn:
+        name = signal.Signals(self.signal_number).name
+        not_run = "; ".join(self.not_run) if self.not_run else "none"
+        print(f"runner: the sweep was stopped by {name}: the running job saved its checkpoint; jobs not run: "
+              f"{not_run}; the summary covers the jobs that ran", file=sys.stderr)  # fmt: skip
+        raise SystemExit(128 + self.signal_number)
+
+
 def train_task(
-    cfg: DictConfig, found: "Found | None" = None, resumed_dir: ResumedRunDir | None = None
-) -> float | None:
+    cfg: DictConfig, found: "Found | None" = None, resumed_dir: ResumedRunDir | None = None,
+    sweep_stop: SweepStop | None = None,
+) -> float | None:  # fmt: skip
     """One run, or one job of a sweep. A failed sweep job records its failure (traceback in its log,
     ``result.json``) and returns NaN, so the other jobs and the sweep's summary still run. A run
     refused at its start leaves nothing behind: no new run directory, a resumed one as it was."""
@@ -109,6 +145,11 @@ def train_task(
     in_sweep = hydra_config.mode == RunMode.MULTIRUN
     swept_keys = [override.key_or_group for override in parse_overrides(hydra_config.overrides.task)]
     started = time.time()
+    sweep_stop = sweep_stop or SweepStop()
+    if in_sweep and sweep_stop.signal_number is not None:
+        sweep_stop.skip(hydra_config.job.num, list(hydra_config.overrides.task))
+        remove_new_run_dir(run_dir, run_dir.parent)
+        return math.nan
 
     def record(status: str, **details: Any) -> None:
         # Rank 0 alone: ranks that fail at the same step would otherwise write one file at once.
@@ -122,6 +163,10 @@ def train_task(
             best = train(
                 config, run_dir, build=hydra.utils.instantiate, hparam_keys=swept_keys, resume_from=given
             )
+        except SystemExit as error:
+            if in_sweep and sweep_stop.stops(error, hydra_config):
+                return math.nan
+            raise
         except UserError as error:
             if not in_sweep:
                 if resumed_dir is not None and resumed_dir.run_dir == run_dir.resolve():
@@ -152,10 +197,16 @@ def main_train(arguments: list[str]) -> None:
             command_line = under_torchrun(command_line)
     except UserError as error:
         exit_with(error)
+    sweep_stop = SweepStop([o.key_or_group for o in command_line.overrides if o.is_sweep_override()])
     try:
-        run_hydra(lambda cfg: train_task(cfg, found, resumed_dir), command_line)
+        run_hydra(lambda cfg: train_task(cfg, found, resumed_dir, sweep_stop), command_line)
+    except SystemExit:
+        if sweep_stop.signal_number is None:
+            raise
     finally:
         if distributed:
             from runner.training.distributed import stop_process_group
 
             stop_process_group()
+    if sweep_stop.signal_number is not None:
+        sweep_stop.report()
