@@ -91,9 +91,12 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load with ``weights_only=True`` (never anything else): a file that carries pickled code is
     refused before any of it runs. A file whose checksum does not match its contents is refused;
     one written before checkpoints had checksums loads as it is."""
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
     try:
+        if path.is_dir():
+            inside = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
+            raise CheckpointError(f"checkpoint {path} is a folder; give a file, such as {inside / 'best.pt'}")
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint {path} does not exist")
         if not looks_like_torch_save(path):
             raise CheckpointError(
                 f"checkpoint {path} is not a checkpoint file (torch.save writes a zip archive; this "

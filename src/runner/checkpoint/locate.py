@@ -45,16 +45,25 @@ def locate_checkpoint(request: str, outputs_dir: Path) -> Found:
         if found is None:
             raise ConfigError(f"resume=latest: no valid checkpoint under {outputs_dir}")
         return found
-    path = Path(request).expanduser()
-    if path.is_dir():
-        folder = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
-        found = newest_valid(checkpoint_files(folder), request)
-        if found is None:
-            raise ConfigError(f"resume={request}: no valid checkpoint in {folder}")
-        return found
-    if path.is_file():
-        return Found(path.resolve(), load_checkpoint(path))
-    raise ConfigError(f"resume={request}: no such checkpoint file or run directory")
+    shown = request if len(request) <= 120 else request[:100] + f"... ({len(request)} characters)"
+    try:
+        path = Path(request).expanduser()
+        if path.is_dir():
+            folder = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
+            found = newest_valid(checkpoint_files(folder), request)
+            if found is None:
+                raise ConfigError(f"resume={request}: no valid checkpoint in {folder}")
+            return found
+        if path.is_file():
+            if path.resolve().parent.name != CHECKPOINT_DIR:
+                raise ConfigError(
+                    f"resume={request}: the file is not in a run's {CHECKPOINT_DIR}/ folder; a checkpoint "
+                    f"continues the run that wrote it: resume=<run dir> or <run dir>/{CHECKPOINT_DIR}/FILE"
+                )
+            return Found(path.resolve(), load_checkpoint(path))
+    except OSError as error:
+        raise ConfigError(f"resume={shown}: {error.strerror or error}") from None
+    raise ConfigError(f"resume={shown}: no such checkpoint file or run directory")
 
 
 def original_overrides(run_dir: Path) -> list[str]:

@@ -15,6 +15,10 @@ HYDRA_FLAGS_WITH_VALUE = {
     "-c", "--cfg", "-p", "--package", "-cp", "--config-path",
     "-cn", "--config-name", "-cd", "--config-dir", "--experimental-rerun", "-i", "--info",
 }  # fmt: skip
+HYDRA_FLAGS = {
+    *HYDRA_FLAGS_WITH_VALUE, "-h", "--help", "--hydra-help", "--version", "--resolve", "-r", "--run",
+    "-m", "--multirun", "-sc", "--shell-completion",
+}  # fmt: skip
 CONFIG_NAME_FLAGS = ("-cn", "--config-name")
 
 
@@ -66,6 +70,19 @@ class CommandLine:
 
     def has_flag(self, flag: str) -> bool:
         return flag in self.arguments
+
+    def unknown_flags(self, known: Iterable[str] = ()) -> list[str]:
+        """Flags neither Hydra nor the command knows (``--cfg=job`` counts as ``--cfg``)."""
+        known = HYDRA_FLAGS | set(known)
+        flags, skip_next = [], False
+        for argument in self.arguments:
+            if skip_next:
+                skip_next = False
+            elif argument in HYDRA_FLAGS_WITH_VALUE:
+                skip_next = True
+            elif argument.startswith("-") and argument.split("=", 1)[0] not in known:
+                flags.append(argument)
+        return flags
 
     def keys(self) -> list[str]:
         return [override.key_or_group for override in self.overrides]

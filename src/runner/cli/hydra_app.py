@@ -6,13 +6,13 @@ import os
 import re
 import secrets
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import hydra
 from hydra.core.config_store import ConfigStore
-from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -41,8 +41,15 @@ def group_names() -> set[str]:
     return {path.name for path in CONFIG_DIR.iterdir() if path.is_dir()}
 
 
-def check_command_line(command_line: CommandLine) -> None:
-    """Check override keys and values (every value of a sweep) before Hydra composes or writes anything."""
+def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> None:
+    """Check flags (Hydra's, and the command's own ``flags``), override keys and values (every value of
+    a sweep) before Hydra composes or writes anything."""
+    unknown = command_line.unknown_flags(flags)
+    if unknown:
+        raise ConfigError(
+            f"{unknown[0]}: not a flag; the flags are Hydra's (--help shows them{', and ' if flags else ''}"
+            f"{', '.join(flags)}); settings are key=value"
+        )
     for override in command_line.overrides:
         key = override.key_or_group
         if override.is_hydra_override():
@@ -55,8 +62,7 @@ def check_command_line(command_line: CommandLine) -> None:
             check_top_level_key(key, given=given, extra_known=group_names())
             check_section_key(key, given=given)
         if key in group_names() and override.value() is None:
-            options = sorted(path.stem for path in (CONFIG_DIR / key).glob("*.yaml"))
-            raise ConfigError(f"{given}: {key} must name one of its options: {', '.join(options)}")
+            raise ConfigError(f"{given}: {key} must name one of its options: {', '.join(options_of(key))}")
         if override.is_interval_sweep():
             values = [override.value().start, override.value().end]
         elif override.is_sweep_override():
@@ -65,6 +71,31 @@ def check_command_line(command_line: CommandLine) -> None:
             values = [override.value()]
         for value in values:
             check_value(key, value)
+            options = options_of(key, command_line) if key in group_names() else []
+            if options and isinstance(value, str) and value not in options:
+                raise ConfigError(f"{key}={value}: no such option; {key} is one of {', '.join(options)}")
+    check_cfg_flag(command_line)
+
+
+def options_of(group: str, command_line: CommandLine | None = None) -> list[str]:
+    """A config group's options: runner's, and those in the command line's ``hydra.searchpath``."""
+    from runner.config.trust import searchpath_folders
+
+    searchpath = command_line.last("hydra.searchpath") if command_line else None
+    entries = searchpath.value() if searchpath is not None else []
+    folders = [CONFIG_DIR, *searchpath_folders(entries if isinstance(entries, list) else [entries])]
+    return sorted({path.stem for folder in folders for path in (folder / group).glob("*.yaml")})
+
+
+def check_cfg_flag(command_line: CommandLine) -> None:
+    """``--cfg`` takes job, hydra or all (Hydra's argument parser would print its usage instead)."""
+    arguments = list(command_line.arguments)
+    for index, argument in enumerate(arguments):
+        name, _, value = argument.partition("=")
+        if name in ("--cfg", "-c"):
+            value = value or (arguments[index + 1] if index + 1 < len(arguments) else "")
+            if value not in ("job", "hydra", "all"):
+                raise ConfigError(f"--cfg {value or '(nothing)'}: --cfg takes job, hydra or all")
 
 
 def trusted_targets(command_line: CommandLine) -> set[str]:
@@ -128,7 +159,7 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         return main()
-    except (ConfigCompositionException, OverrideParseException) as error:
+    except HydraException as error:  # composing, sweeping: before any job runs
         if started:
             raise
         exit_with(ConfigError(composition_error(error)))

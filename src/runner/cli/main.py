@@ -1,5 +1,6 @@
 """``python -m runner COMMAND [overrides]``: the commands, and the one place they are dispatched."""
 
+import os
 import sys
 
 USAGE = """usage: python -m runner COMMAND [key=value ...] [hydra flags]
@@ -22,13 +23,15 @@ COMMANDS = {  # command: (module, function); imported only when run, so --help s
 
 def main(arguments: list[str] | None = None) -> None:
     arguments = sys.argv[1:] if arguments is None else arguments
-    if not arguments or arguments[0] in ("-h", "--help"):
+    if arguments and arguments[0] in ("-h", "--help"):
         print(USAGE)
-        raise SystemExit(0 if arguments else 2)
-    command, rest = arguments[0], arguments[1:]
-    if command not in COMMANDS:
-        print(f"runner: error: unknown command '{command}'\n\n{USAGE}", file=sys.stderr)
+        raise SystemExit(0)
+    if not arguments or arguments[0] not in COMMANDS:
+        given = f"unknown command '{arguments[0]}'" if arguments else "no command given"
+        print(f"runner: error: {given}; the commands are {', '.join(COMMANDS)} (python -m runner --help)",
+              file=sys.stderr)  # fmt: skip
         raise SystemExit(2)
+    command, rest = arguments[0], arguments[1:]
     module_name, function_name = COMMANDS[command]
     try:
         module = __import__(module_name, fromlist=[function_name])
@@ -36,3 +39,6 @@ def main(arguments: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("runner: aborted", file=sys.stderr)
         raise SystemExit(130) from None
+    except BrokenPipeError:  # output piped into a reader that stopped (| head): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None

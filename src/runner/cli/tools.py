@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
 from runner.cli.hydra_app import CONFIG_DIR, check_command_line, run_hydra
+from runner.cli.undo import remove_new_run_dir
 from runner.config.checks import check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import RunConfig
@@ -69,27 +70,36 @@ def main_report(arguments: list[str]) -> None:
     print(f"wrote {directory / 'summary.csv'}, {directory / 'summary.md'}, {directory / 'summary.png'}")
 
 
-def checked(arguments: list[str]) -> CommandLine:
-    """The command line, parsed and checked; a mistake exits with its one-line error."""
+def checked(arguments: list[str], flags: tuple[str, ...] = ()) -> CommandLine:
+    """The command line, parsed and checked (``flags``: the command's own, besides Hydra's); a mistake
+    exits with its one-line error."""
     try:
         command_line = CommandLine.parse(arguments)
-        check_command_line(command_line)
+        check_command_line(command_line, flags)
     except UserError as error:
         exit_with(error)
     return command_line
 
 
-def task_setup(cfg: DictConfig) -> tuple[RunConfig, Any]:
-    """The typed config and what train would build from it (for doctor and lr_find); a bad setting
-    exits with its one-line error."""
+def task_setup(cfg: DictConfig, check_fit: bool = False) -> tuple[RunConfig, Any]:
+    """The typed config and what train would build from it (for doctor and lr_find), with the model
+    and data tried on one batch if asked; a bad setting exits with its one-line error, leaving no
+    run directory."""
     from runner.experiment.setup import prepare
+    from runner.training.fit_check import check_fit as try_first_batch
     from runner.training.seeding import draw_seed
 
     try:
         config = typed_config(cfg)
         seed = config.seed if config.seed is not None else draw_seed()
-        return config, prepare(config, hydra.utils.instantiate, seed)
+        prepared = prepare(config, hydra.utils.instantiate, seed)
+        if check_fit:
+            first = next(iter(prepared.train_loader))
+            try_first_batch(prepared.parts.model, first, prepared.parts.loss_fn, prepared.device,
+                            prepared.precision.autocast, config.data.target_key)  # fmt: skip
+        return config, prepared
     except UserError as error:
+        remove_new_run_dir(Path(HydraConfig.get().runtime.output_dir), Path.cwd() / "outputs")
         exit_with(error)
 
 
@@ -123,7 +133,7 @@ def doctor_task(cfg: DictConfig, as_json: bool) -> None:
 
 def main_doctor(arguments: list[str]) -> None:
     """``python -m runner doctor [overrides] [--json]``: builds what train would, writes nothing."""
-    command_line = checked(arguments)
+    command_line = checked(arguments, flags=("--json",))
     as_json = command_line.has_flag("--json")
     run_hydra(lambda cfg: doctor_task(cfg, as_json), command_line.without("--json").plus(*WRITE_NOTHING))
 
@@ -131,7 +141,7 @@ def main_doctor(arguments: list[str]) -> None:
 def lr_find_task(cfg: DictConfig) -> None:
     from runner.tools.lr_find import find_lr, record
 
-    config, prepared = task_setup(cfg)
+    config, prepared = task_setup(cfg, check_fit=True)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     curve = find_lr(
         prepared.parts.model, optimizer_factory(config), prepared.parts.loss_fn, prepared.train_loader,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from runner.cli.arguments import CommandLine, for_rank, parse_overrides, resumed, value_text
 from runner.cli.exits import exit_with
@@ -143,11 +143,13 @@ def train_task(
     hydra_config = HydraConfig.get()
     run_dir = Path(hydra_config.runtime.output_dir)
     in_sweep = hydra_config.mode == RunMode.MULTIRUN
-    swept_keys = [override.key_or_group for override in parse_overrides(hydra_config.overrides.task)]
+    # As written: an override may hold an interpolation that typed_config() names if it fails.
+    task_overrides = OmegaConf.to_container(hydra_config.overrides.task, resolve=False)
+    swept_keys = [override.key_or_group for override in parse_overrides(task_overrides)]
     started = time.time()
     sweep_stop = sweep_stop or SweepStop()
     if in_sweep and sweep_stop.signal_number is not None:
-        sweep_stop.skip(hydra_config.job.num, list(hydra_config.overrides.task))
+        sweep_stop.skip(hydra_config.job.num, task_overrides)
         remove_new_run_dir(run_dir, run_dir.parent)
         return math.nan
 

@@ -27,6 +27,7 @@ MONITOR = Rule(
     lambda v: isinstance(v, str) and v.startswith("val/") and len(v) > 4,
 )
 NAMED_SCHEDULES = ("none", "cosine", "step")
+OPTIONAL_BOOLEAN = Rule("true, false or null (torch's default)", lambda v: v is None or isinstance(v, bool))
 
 
 @dataclass
@@ -123,12 +124,8 @@ class RunConfig:
             "lr": Setting(number_above(0, inclusive=True), hparam=True),
             "weight_decay": Setting(number_above(0, inclusive=True), hparam=True),
             "momentum": Setting(number_above(0, inclusive=True)),
-            "fused": Setting(
-                Rule(
-                    "true, false or null (torch's default implementation)",
-                    lambda v: v is None or isinstance(v, bool),
-                )
-            ),
+            "fused": Setting(OPTIONAL_BOOLEAN),
+            "foreach": Setting(OPTIONAL_BOOLEAN),
             # Parameters with no weight decay: names containing one of these; "norm" also takes
             # every normalisation layer's parameters, by type.
             "no_decay": Setting(

@@ -39,7 +39,7 @@ def build_component(build: Build, key: str, spec: Mapping[str, Any], *args: Any)
         while cause.__cause__ is not None:  # Hydra wraps the error that says what went wrong
             cause = cause.__cause__
         target = str(spec.get("_target_", ""))
-        if isinstance(cause, ValueError | RuntimeError | KeyError | OSError) and target.startswith(
+        if isinstance(cause, ValueError | RuntimeError | LookupError | OSError) and target.startswith(
             tuple(f"{package}." for package in OWN_PACKAGES)
         ):
             given = ", ".join(

@@ -1,0 +1,90 @@
+"""Whether the model, the data and the loss fit together, tried on the first batch before a run writes
+anything: a mismatch (shapes, dtypes, class labels out of range) is one line naming what met what,
+not a traceback at step 1. An error raised in the user's own code keeps its traceback: it is theirs
+to read."""
+
+import sysconfig
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import runner
+from runner.training.batches import BatchError, ModelLoss, describe, forward, to_device
+
+# Code that is not the user's: the standard library, installed packages, runner itself.
+LIBRARY_PATHS = [sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")]
+NOT_USER_CODE = tuple(str(Path(path).resolve()) for path in [*LIBRARY_PATHS, Path(runner.__file__).parent])
+CLASS_LOSSES = (torch.nn.CrossEntropyLoss, torch.nn.NLLLoss)
+
+
+def raised_in_user_code(error: BaseException) -> bool:
+    traceback = error.__traceback__
+    while traceback is not None:
+        filename = traceback.tb_frame.f_code.co_filename
+        if not filename.startswith("<") and not str(Path(filename).resolve()).startswith(NOT_USER_CODE):
+            return True
+        traceback = traceback.tb_next
+    return False
+
+
+def check_labels(loss_fn: Callable, outputs: Any, targets: Any) -> None:
+    """Class labels for a classification loss must index the model's outputs: checked before the loss
+    sees them (on a GPU an out-of-range label is a device-side assert that ends the process)."""
+    if not (isinstance(loss_fn, CLASS_LOSSES) and isinstance(targets, torch.Tensor)):
+        return
+    if not isinstance(outputs, torch.Tensor) or outputs.ndim < 2:
+        return  # a shape the loss itself will name
+    classes = outputs.shape[1]
+    if classes == 1:
+        raise BatchError(
+            f"loss={type(loss_fn).__name__} over the model's 1 output is 0 whatever the model does (a "
+            "softmax over one class); a classifier needs one output per class (data.num_outputs), a "
+            "regression another loss (loss=mse)"
+        )
+    if targets.is_floating_point():
+        return  # class probabilities
+    labels = targets[targets != loss_fn.ignore_index]
+    if labels.numel() and (labels.min() < 0 or labels.max() >= classes):
+        raise BatchError(
+            f"the first batch has class labels {int(labels.min())}..{int(labels.max())}, but the model has "
+            f"{classes} outputs (labels must be 0..{classes - 1}); check data.num_outputs and the data "
+            "set's labels"
+        )
+
+
+def check_fit(
+    model: torch.nn.Module, batch: Any, loss_fn: Callable, device: torch.device,
+    autocast: Callable[[], AbstractContextManager], target_key: str = "labels",
+) -> None:  # fmt: skip
+    """The model and the loss on ``batch`` once, in eval mode without gradients: no random draws, no
+    statistics updated, so the run trains exactly as it would without the check."""
+    checked_loss = loss_fn
+    if not isinstance(loss_fn, ModelLoss):
+
+        def checked_loss(outputs: Any, targets: Any) -> Any:
+            check_labels(loss_fn, outputs, targets)
+            return loss_fn(outputs, targets)
+
+    modes = {module: module.training for module in model.modules()}
+    model.eval()
+    try:
+        with torch.no_grad(), autocast():
+            forward(model, to_device(batch, device), checked_loss, target_key)
+    except BatchError:
+        raise
+    except Exception as error:
+        if raised_in_user_code(error):
+            raise
+        reason = f"{type(error).__name__}: {error}".splitlines()[0]
+        raise BatchError(
+            f"the model ({type(model).__name__}) and the data do not fit: on the first batch, "
+            f"{describe(batch)}, the model and loss={type(loss_fn).__name__} failed ({reason}); check "
+            "that the model config matches the data (data.input_shape, data.num_outputs) and the loss "
+            "matches the targets; python -m runner doctor runs the debugging checklist"
+        ) from None
+    finally:
+        for module, training in modes.items():
+            module.training = training
