@@ -521,3 +521,12 @@ def test_a_model_that_does_not_take_the_dict_batch_is_one_line(run):
         BatchError, match=r"passed as model\(\*\*batch\), and the model refused it .*'features'"
     ):
         run("trainer.max_steps=2", model="NormModel", dataset="dicts")
+
+
+@pytest.mark.parametrize(("sizes", "empty"), [({"num_train": 0}, "training"), ({"num_val": 0}, "validation")])
+def test_an_empty_split_is_refused_before_the_run_writes(run, tmp_path, sizes, empty):
+    """Before: an empty training set ended "done: step=0" with checkpoints of an untrained model, an
+    empty validation set logged val/loss 0 and picked best.pt on it."""
+    with pytest.raises(ConfigError, match=rf"any_model.pairs returned an empty {empty} set \(0 samples\)"):
+        run("trainer.max_steps=2", model="mlp", dataset={"_target_": "any_model.pairs", **sizes})
+    assert list((tmp_path / "run").iterdir()) == []
