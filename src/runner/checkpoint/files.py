@@ -7,7 +7,6 @@ does not check the archive's own CRCs, so a flipped byte inside a tensor would o
 """
 
 import hashlib
-import os
 import pickle
 import zipfile
 from collections.abc import Mapping
@@ -16,6 +15,7 @@ from typing import Any
 
 import torch
 
+from runner.checkpoint.durable import atomic_write
 from runner.config.errors import UserError
 
 CHECKPOINT_DIR = "checkpoints"
@@ -57,24 +57,9 @@ def checksum(payload: Mapping[str, Any]) -> str:
 
 
 def atomic_save(payload: dict[str, Any], path: Path) -> None:
-    """Write to a temporary file in the same folder, fsync it, rename it over ``path``, fsync the
-    folder. A crash or a full disk at any instant leaves either the old file or the new one. The file
-    carries the checksum of ``payload``."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "wb") as handle:
-            torch.save({**payload, CHECKSUM_KEY: checksum(payload)}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    """Durably (``durable.atomic_write``: a crash or a full disk at any instant leaves either the old
+    file or the new one), with the checksum of ``payload``."""
+    atomic_write(path, lambda handle: torch.save({**payload, CHECKSUM_KEY: checksum(payload)}, handle))
 
 
 REQUIRED_KEYS = ("model_state_dict", "optimizer_state_dict", "epoch", "best_val", "global_step")

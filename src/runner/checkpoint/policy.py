@@ -2,7 +2,8 @@
 
 Saving pauses the loop only to copy the state; the file is written by a background thread. Saves
 of one moment (best.pt and step_N.pt) share one copy, and a new copy waits for the previous writes,
-so memory holds at most one extra copy of the state.
+so memory holds at most one extra copy of the state. A write that fails (a full disk) is kept and
+raised at the next save or at close; ``failure()`` tells the loop without waiting.
 """
 
 import copy
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
+from runner.checkpoint.durable import remove_stale_temporaries, writing
 from runner.checkpoint.files import atomic_save
 from runner.training.state import TrainState
 
@@ -39,11 +41,13 @@ class Checkpointer(Protocol):
     """Decides by itself when to save; the loop calls it at fixed points."""
 
     save_seconds: list[float]  # the loop's pause per save
+    last_written: Path | None  # the newest checkpoint this run wrote completely
 
     def after_step(self, state: TrainState) -> None: ...
     def after_epoch(self, state: TrainState) -> None: ...
     def after_validation(self, state: TrainState, improved: bool) -> None: ...
     def save_last(self, state: TrainState) -> Path | None: ...
+    def failure(self) -> BaseException | None: ...
     def close(self) -> None: ...
 
 
@@ -51,8 +55,12 @@ class NoCheckpoints:
     """``checkpoint.enabled=false`` (and ranks other than 0): every call does nothing."""
 
     save_seconds: list[float] = []  # noqa: RUF012 (never appended to)
+    last_written: Path | None = None
 
     def save_last(self, state: TrainState) -> None:
+        return None
+
+    def failure(self) -> BaseException | None:
         return None
 
     def after_step(self, state: TrainState) -> None:
@@ -84,13 +92,18 @@ class PeriodicCheckpointer:
     save_seconds: list[float] = field(default_factory=list)  # the loop's pause per save
     write_seconds: list[float] = field(default_factory=list)  # each background write
     last_saved_step: int | None = None
+    last_written: Path | None = None  # set by the background thread once a file is in place
     _writer: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=1))
     _in_flight: list[Future] = field(default_factory=list)
     _snapshot: dict[str, Any] = field(default_factory=dict)
     _snapshot_of: TrainState | None = None
+    _failure: BaseException | None = None
 
     def __post_init__(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        """The run starts writing here: what an earlier process killed mid-save left is removed."""
+        with writing(self.folder):
+            self.folder.mkdir(parents=True, exist_ok=True)
+            remove_stale_temporaries(self.folder)
 
     def after_step(self, state: TrainState) -> None:
         if self.every_n_steps and state.step % self.every_n_steps == 0:
@@ -136,16 +149,27 @@ class PeriodicCheckpointer:
             self._writer.shutdown()
 
     def wait(self) -> None:
-        """Finish the saves in flight; a failed write (a full disk) is raised here."""
+        """Finish the saves in flight; a failed write (a full disk: a ``WriteError``) is raised here."""
         in_flight, self._in_flight = self._in_flight, []
         for future in in_flight:
             future.result()
 
+    def failure(self) -> BaseException | None:
+        """The error of a save that has already failed; saves still running are not waited for."""
+        return self._failure
+
     def _write(self, payload: dict[str, Any], path: Path, prune: bool) -> None:
         started = time.perf_counter()
-        atomic_save(payload, path)
-        if prune:
-            self.prune()
+        try:
+            with writing(path):
+                atomic_save(payload, path)
+            self.last_written = path
+            if prune:
+                with writing(self.folder):
+                    self.prune()
+        except BaseException as error:
+            self._failure = error
+            raise
         self.write_seconds.append(time.perf_counter() - started)
 
     def prune(self) -> None:

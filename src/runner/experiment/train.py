@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import runner
 from runner.checkpoint.contents import Stateful, check_loadable, checkpoint_payload, restore_rng_states
+from runner.checkpoint.durable import WriteError
 from runner.checkpoint.files import CHECKPOINT_DIR
 from runner.checkpoint.locate import Found, locate_checkpoint, own_checkpoint
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints, PeriodicCheckpointer
@@ -23,6 +24,8 @@ from runner.config.errors import show
 from runner.config.schema import HPARAM_KEYS, RunConfig
 from runner.config.typed import as_dict, flatten
 from runner.data.loading import StreamPosition, batches_per_epoch
+from runner.experiment.finish import Run, resume_advice
+from runner.experiment.lock import refuse_if_held, run_dir_lock
 from runner.experiment.resume import check_planned_values, check_resume_compatible, check_world_size
 from runner.experiment.setup import (
     Build,
@@ -37,21 +40,24 @@ from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
 from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job
 from runner.training.engine import (
-    Hooks,
     Loaders,
     LoopSettings,
-    fit,
     planned_steps,
     start_with_checked_batch,
     steps_per_epoch,
 )
+from runner.training.fit_check import check_fit
 from runner.training.seeding import draw_seed
-from runner.training.signals import GracefulStop
 from runner.training.speed import apply_speed_settings
 from runner.training.state import TrainState
 from runner.training.step import Learner
 
 log = logging.getLogger("runner")
+
+
+class NothingToTrain(Exception):
+    """The checkpoint resumed from has already reached the end this run asks for: nothing is trained and
+    nothing written. Not an error: the command says so in one line (the message) and exits 0."""
 
 
 def loop_settings(config: RunConfig, metrics: dict[str, Any] | None = None) -> LoopSettings:
@@ -107,12 +113,15 @@ def train(
     ``hparam_keys``: settings recorded for TensorBoard's HParams dashboard besides the schema's
     (a sweep passes the keys it varies). ``resume_from``: a checkpoint already found and loaded."""
     process = from_environment()
+    if process.is_main:
+        refuse_if_held(run_dir)  # a run still writing there is named before anything is built
     plain_config = as_dict(config)
     found = checkpoint_to_resume(config, run_dir, resume_from)
     checkpoint = found.checkpoint if found else None
     if found is not None:
         check_resume_compatible(checkpoint["config"], plain_config, found.path)
         check_world_size(checkpoint.get("world_size", 1), process.world_size, found.path)
+        check_not_finished(config, plain_config, checkpoint, found.path)
     if checkpoint is not None:
         seed = checkpoint["seed"]
     else:
@@ -163,7 +172,11 @@ def train(
     loaders = Loaders(
         prepared.train_loader, prepared.train_sampler, prepared.val_loader, stream_restored, position, seed
     )
-    loaders.started = start_with_checked_batch(loaders, state, parts.loss_fn, config.data.target_key)
+    loaders.started = start_with_checked_batch(
+        loaders, state, parts.loss_fn, config.data.target_key,
+        check=lambda batch: check_fit(model, batch, parts.loss_fn, device, precision.autocast,
+                                      config.data.target_key),
+    )  # fmt: skip
 
     # Everything is built and loaded, and the data fits: from here on the run writes into its directory.
     resumed_from = f"{found.path} (step {state.step}, epoch {state.epoch})" if found else None
@@ -174,53 +187,86 @@ def train(
     log.info(plan)
     logger: MetricLogger = NullLogger()
     checkpointer: Checkpointer = NoCheckpoints()
-    if process.is_main:  # only rank 0 writes: records, checkpoints, TensorBoard
-        runtime = {
-            "device": str(device),
-            "precision_requested": precision.requested,
-            "precision_used": precision.used,
-            "seed": seed,
-            "world_size": process.world_size,
-            "effective_batch_size": config.data.batch_size * config.accumulate * process.world_size,
-            "planned_steps": total_steps,
-            "runner_version": runner.__version__,
-            "torch_version": str(torch.__version__),
-        }
-        write_run_record(run_dir, plain_config, runtime)
-        record_split(run_dir, parts.train_set, parts.val_set, parts.test_set)
-        # Events past the checkpoint's step belong to the lost future of the interrupted run.
-        logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
-        if config.checkpoint.enabled:
-            checkpointer = make_checkpointer(config, run_dir, stateful, logger, {
-                "monitor": config.checkpoint.monitor, "seed": seed, "world_size": process.world_size,
-                "config": plain_config, "label_mapping": getattr(parts.train_set, "classes", None),
-                "planned": planned,
-            })  # fmt: skip
-    logger.log_text("run/plan", plan)
     try:
-        with GracefulStop() as stop:  # also covers the last save: a second Ctrl-C aborts it
-            hooks = Hooks(logger, checkpointer, stop, callbacks)
-            state = fit(learner, schedule, loaders, settings, hooks, state)
-            last = checkpointer.save_last(state)
-        log_final_hparams(logger, state, plain_config, hparam_keys, config.checkpoint.monitor)
-    finally:
-        try:
-            checkpointer.close()
-        finally:
-            logger.close()
-    report_end(state, checkpointer, last, run_dir, process)
-    if state.stopped_by_signal is not None:
-        stop.exit_for(state.stopped_by_signal)
+        with run_dir_lock(run_dir) if process.is_main else nullcontext():
+            if process.is_main:  # only rank 0 writes: records, checkpoints, TensorBoard
+                runtime = {
+                    "device": str(device),
+                    "precision_requested": precision.requested,
+                    "precision_used": precision.used,
+                    "seed": seed,
+                    "world_size": process.world_size,
+                    "effective_batch_size": config.data.batch_size * config.accumulate * process.world_size,
+                    "planned_steps": total_steps,
+                    "runner_version": runner.__version__,
+                    "torch_version": str(torch.__version__),
+                }
+                write_run_record(run_dir, plain_config, runtime)
+                record_split(run_dir, parts.train_set, parts.val_set, parts.test_set)
+                # Events past the checkpoint's step belong to the lost future of the interrupted run.
+                logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
+                if config.checkpoint.enabled:
+                    checkpointer = make_checkpointer(config, run_dir, stateful, logger, {
+                        "monitor": config.checkpoint.monitor, "seed": seed, "world_size": process.world_size,
+                        "config": plain_config, "label_mapping": getattr(parts.train_set, "classes", None),
+                        "planned": planned,
+                    })  # fmt: skip
+            logger.log_text("run/plan", plan)
+
+            def log_hparams(state: TrainState) -> None:
+                log_final_hparams(logger, state, plain_config, hparam_keys, config.checkpoint.monitor)
+
+            run = Run(learner, schedule, loaders, settings, callbacks, logger, checkpointer)
+            state, last, stop = run.to_the_end(state, log_hparams)
+            run.close()
+            report_end(state, checkpointer, last, run_dir, process)
+            if state.stopped_by_signal is not None:
+                stop.exit_for(state.stopped_by_signal)
+    except WriteError as error:
+        last_good = checkpointer.last_written or (found.path if found else None)
+        raise error.with_advice(resume_advice(error, last_good, run_dir)) from error
     return state.best_val
+
+
+def check_not_finished(
+    config: RunConfig, plain_config: dict[str, Any], checkpoint: dict[str, Any], path: Path
+) -> None:
+    """A checkpoint at or past the end the config asks for, or one a callback ended (early stopping)
+    while the callbacks' settings are unchanged, has nothing left to train."""
+    max_steps, max_epochs = config.trainer.max_steps, config.trainer.max_epochs
+    step, epoch = checkpoint["global_step"], checkpoint["epoch"]
+    if max_steps is not None and step >= max_steps:
+        raise NothingToTrain(
+            f"nothing to train: {path} already reached step {step} of {max_steps} "
+            f"(trainer.max_steps={max_steps}); raise trainer.max_steps to train longer"
+        )
+    if max_epochs is not None and epoch >= max_epochs:
+        raise NothingToTrain(
+            f"nothing to train: {path} already reached epoch {epoch} of {max_epochs} "
+            f"(trainer.max_epochs={max_epochs}); raise trainer.max_epochs to train longer"
+        )
+    reason = checkpoint.get("stop_reason")
+    if reason and checkpoint["config"].get("callbacks") == plain_config.get("callbacks"):
+        raise NothingToTrain(
+            f"nothing to train: {path} was ended at step {step} by a callback ({reason}); change the "
+            "callbacks' settings (callbacks.*, e.g. a larger patience) to train on"
+        )
 
 
 def make_checkpointer(
     config: RunConfig, run_dir: Path, stateful: Stateful, logger: MetricLogger, run_record: dict[str, Any]
 ) -> PeriodicCheckpointer:
     policy = config.checkpoint
+
+    def payload(state: TrainState) -> dict[str, Any]:
+        # stop_reason: a run a callback ended is not continued by a resume with the same callbacks.
+        return checkpoint_payload(
+            stateful, {**state.state_dict(), "stop_reason": state.stop_reason}, run_record
+        )
+
     return PeriodicCheckpointer(
         run_dir / CHECKPOINT_DIR,
-        lambda state: checkpoint_payload(stateful, state.state_dict(), run_record),
+        payload,
         policy.every_n_steps, policy.every_n_epochs, policy.keep_last, policy.save_best,
         before_save=logger.flush,
     )  # fmt: skip

@@ -1,6 +1,7 @@
 """What a run leaves beside its events for people and summaries: ``run.yaml`` (the config and what
 the run resolved), ``data_split.json`` and ``result.json`` (kept apart from report.py, whose
-TensorBoard reader is slow to import, so training does not pay for it)."""
+TensorBoard reader is slow to import, so training does not pay for it). Each is written atomically:
+a full disk leaves the old file or none, never an empty one."""
 
 import json
 from pathlib import Path
@@ -8,11 +9,13 @@ from typing import Any
 
 import yaml
 
+from runner.checkpoint.durable import write_text, writing
+
 RESULT_FILE = "result.json"
 
 
 def write_run_record(run_dir: Path, config: dict[str, Any], runtime: dict[str, Any]) -> None:
-    (run_dir / "run.yaml").write_text(yaml.safe_dump({**config, "runtime": runtime}, sort_keys=False))
+    write_text(run_dir / "run.yaml", yaml.safe_dump({**config, "runtime": runtime}, sort_keys=False))
 
 
 def record_split(run_dir: Path, train_set: Any, val_set: Any, test_set: Any = None) -> None:
@@ -23,13 +26,15 @@ def record_split(run_dir: Path, train_set: Any, val_set: Any, test_set: Any = No
     for name, dataset in named:
         if hasattr(dataset, "indices"):
             split[f"{name}_indices"] = [int(index) for index in dataset.indices]
-    (run_dir / "data_split.json").write_text(json.dumps(split))
+    write_text(run_dir / "data_split.json", json.dumps(split))
 
 
 def write_result(
     run_dir: Path, status: str, wall_seconds: float, best: float | None = None, error: str = ""
 ) -> None:
-    """``ok`` or ``failed``; a run without one is ``incomplete`` (still running, or killed)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    """``ok`` or ``failed``; a run without one is ``incomplete`` (still running, or killed). A refused
+    write (a full disk) is a ``WriteError``."""
+    with writing(run_dir):
+        run_dir.mkdir(parents=True, exist_ok=True)
     result = {"status": status, "wall_seconds": round(wall_seconds, 3), "best": best, "error": error}
-    (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=2))
+    write_text(run_dir / RESULT_FILE, json.dumps(result, indent=2))

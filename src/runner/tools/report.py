@@ -5,6 +5,7 @@ import csv
 import json
 import logging
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,22 @@ def monitor_of(run_dir: Path) -> tuple[str, str]:
     return "val/loss", "min"
 
 
+def read_result(path: Path) -> dict[str, Any]:
+    """A run's ``result.json``. A damaged one (a full disk once left 0 bytes) is skipped with a
+    warning, and the run is summarised from its events."""
+    if not path.exists():
+        return {}
+    try:
+        result = json.loads(path.read_text())
+        if not isinstance(result, dict):
+            raise ValueError(f"it holds a JSON {type(result).__name__}, not an object")
+    except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        empty = isinstance(error, json.JSONDecodeError) and not error.doc.strip()
+        print(f"runner: warning: skipping {path}: {'it is empty' if empty else error}", file=sys.stderr)
+        return {}
+    return result
+
+
 def summarise_run(run_dir: Path, monitor: str, mode: str) -> RunSummary:
     scalars: dict[str, list[Any]] = {}
     if has_events(run_dir):
@@ -81,7 +98,7 @@ def summarise_run(run_dir: Path, monitor: str, mode: str) -> RunSummary:
         best_step, best = (min if mode == "min" else max)(finite, key=lambda point: point[1])
     train_loss = scalars.get("train/loss", [])
     all_events = [event for events in scalars.values() for event in events]
-    result = json.loads((run_dir / RESULT_FILE).read_text()) if (run_dir / RESULT_FILE).exists() else {}
+    result = read_result(run_dir / RESULT_FILE)
     wall = result.get("wall_seconds")
     if wall is None and all_events:
         wall = max(e.wall_time for e in all_events) - min(e.wall_time for e in all_events)

@@ -8,7 +8,7 @@ for itself whether to act.
 import itertools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -67,21 +67,26 @@ def first_epoch_batches(loaders: Loaders, state: TrainState) -> Iterator[Any]:
 
 
 def start_with_checked_batch(
-    loaders: Loaders, state: TrainState, loss_fn: Any, target_key: str
-) -> Iterator[Any]:
-    """Start the first epoch and check its first batch against what the engine takes, so a data set it
-    cannot use is refused (one line) before the run writes anything. The same iterator then trains:
-    nothing is read twice, no random state moves."""
+    loaders: Loaders, state: TrainState, loss_fn: Any, target_key: str,
+    check: Callable[[Any], None] | None = None,
+) -> Iterator[Any]:  # fmt: skip
+    """Start the first epoch and check its first batch against what the engine takes (and with
+    ``check``, against the model: ``fit_check.py``), so a data set it cannot use is refused (one line)
+    before the run writes anything. The same iterator then trains: nothing is read twice, no random
+    state moves."""
     batches = first_epoch_batches(loaders, state)
     first = next(batches, None)
     if first is None:
         return iter(())
     check_structure(first, loss_fn, target_key)
+    if check is not None:
+        check(first)
     return itertools.chain([first], batches)
 
 
 class StopFlag(Protocol):
-    """Set asynchronously (by a signal handler); read at optimizer-step boundaries."""
+    """Set asynchronously (by a signal handler); read at optimizer-step boundaries. It may raise instead
+    (a write that failed in the background): the run ends at that boundary, its state consistent."""
 
     def requested(self) -> int | None: ...
 

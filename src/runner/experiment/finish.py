@@ -1,0 +1,101 @@
+"""The end of a run, however it comes: fit to the end, save ``last.pt``, close the writers.
+
+The loop stops at a step boundary for a signal, or for a write that failed in the background (a full
+disk under the event file or a checkpoint): the run then saves that boundary's state if it can, and
+ends with one line naming the file that could not be written and the last good checkpoint.
+"""
+
+import logging
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.checkpoint.durable import WriteError
+from runner.checkpoint.policy import Checkpointer
+from runner.config.errors import UserError
+from runner.observe.writer import MetricLogger
+from runner.training.callbacks import Callbacks
+from runner.training.distributed import any_process
+from runner.training.engine import Hooks, Loaders, LoopSettings, fit
+from runner.training.schedules import Schedule
+from runner.training.signals import GracefulStop
+from runner.training.state import TrainState
+from runner.training.step import Learner
+
+log = logging.getLogger("runner")
+WRITE_FAILED = 1 << 16  # agreed between processes like a signal number, and above every one
+
+
+@dataclass
+class RunStop:
+    """The loop's stop flag: a signal (:class:`GracefulStop`), or a write that failed in the background
+    (the event file's or a checkpoint's), which ends the run at this step boundary: raised there, so
+    the run can still save the state of that boundary. Every process decides alike."""
+
+    signals: GracefulStop
+    logger: MetricLogger
+    checkpointer: Checkpointer
+
+    def requested(self) -> int | None:
+        failure = self.logger.error or self.checkpointer.failure()
+        agreed = any_process(WRITE_FAILED if failure else self.signals.signal_number or 0)
+        if agreed == WRITE_FAILED:
+            raise failure or UserError("stopped: rank 0 cannot write the run's files (its error says which)")
+        return agreed or None
+
+
+@dataclass
+class Run:
+    """Fit, save ``last.pt`` and close the writers, however the run ends."""
+
+    learner: Learner
+    schedule: Schedule
+    loaders: Loaders
+    settings: LoopSettings
+    callbacks: Callbacks
+    logger: MetricLogger
+    checkpointer: Checkpointer
+
+    def to_the_end(
+        self, state: TrainState, at_the_end: Callable[[TrainState], None]
+    ) -> tuple[TrainState, Path | None, GracefulStop]:
+        """``at_the_end``: what the run logs once trained and saved."""
+        try:
+            with GracefulStop() as stop:  # also covers the last save: a second Ctrl-C aborts it
+                hooks = Hooks(self.logger, self.checkpointer, RunStop(stop, self.logger, self.checkpointer),
+                              self.callbacks)  # fmt: skip
+                try:
+                    state = fit(self.learner, self.schedule, self.loaders, self.settings, hooks, state)
+                except WriteError:
+                    with suppress(Exception):  # the state of the step boundary it stopped at, if it can
+                        self.checkpointer.save_last(state)
+                    raise
+                last = self.checkpointer.save_last(state)
+            at_the_end(state)
+        except BaseException as error:
+            self.close(already=error)
+            raise
+        return state, last, stop
+
+    def close(self, already: BaseException | None = None) -> None:
+        """Finish the saves begun, close the event file; raise a write that failed, unless an error is
+        already on its way (``already``): that one is reported, and another one logged."""
+        try:
+            try:
+                self.checkpointer.close()
+            finally:
+                self.logger.close()
+        except Exception as error:
+            if already is None:
+                raise
+            if error is not already:
+                log.warning("also, while stopping: %s", error)
+
+
+def resume_advice(error: WriteError, last_good: Path | None, run_dir: Path) -> str:
+    when = "once there is space" if error.no_space else "once it can be written"
+    if last_good is None:
+        return f"the last good checkpoint is none (start the run again {when})"
+    resume = f"python -m runner train resume={run_dir}"
+    return f"the last good checkpoint is {last_good} (resume with: {resume} {when})"
