@@ -116,13 +116,22 @@ PLUGINS = Path(__file__).parent / "plugins"
          "scheduler.interval=fortnight is not allowed; scheduler.interval must be one of step, epoch"),
         (("+data.collate_fn=3",), "data.collate_fn=3 has no _target_"),
         (("callbacks=early_stopping", "callbacks.early_stopping.patience=0"),
-         "callbacks.early_stopping: early stopping takes mode min or max, patience >= 1"),
-        (("callbacks=ema", "callbacks.ema.decay=1.5"), "callbacks.ema: ema takes a decay in (0, 1)"),
+         "callbacks.early_stopping: runner.training.callbacks.EarlyStopping refused monitor=val/loss, "
+         "mode=min, patience=0, min_delta=0.0 (ValueError: early stopping takes mode min or max, "
+         "patience >= 1"),
+        (("callbacks=ema", "callbacks.ema.decay=1.5"),
+         "callbacks.ema: runner.training.callbacks.EMA refused decay=1.5 (ValueError: ema takes a decay in "
+         "(0, 1)"),
         (("data=classification", "data.dataset.num_train=4", "data.drop_last=true"),
          "an epoch has no batch: with data.drop_last=true"),
+        (("model=char_rnn",), "the model (CharRNN) and the data do not fit: on the first batch, list of 2 "
+         "(Tensor[32, 1, 8, 8] float32, Tensor[32] int64), the model and loss=CrossEntropyLoss failed"),
+        (("data.num_outputs=3",), "the first batch has class labels 0..9, but the model has 3 outputs"),
+        (("--nope",), "--nope: not a flag; the flags are Hydra's"),
     ],
     ids=["unusable-batch", "monitor-not-logged", "callback-monitor", "scheduler-interval", "collate-fn",
-         "early-stopping-patience", "ema-decay", "drop-last-empties-the-epoch"],
+         "early-stopping-patience", "ema-decay", "drop-last-empties-the-epoch", "model-data-misfit",
+         "labels-out-of-range", "unknown-flag"],
 )  # fmt: skip
 def test_a_contract_mistake_is_one_line_and_writes_nothing(tmp_path, overrides, expected):
     run_dir = tmp_path / "run"
@@ -133,3 +142,22 @@ def test_a_contract_mistake_is_one_line_and_writes_nothing(tmp_path, overrides, 
     assert len(error_lines) == 1 and expected in error_lines[0], result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert sorted(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("place", "expected"),
+    [
+        ("dangling-outputs", "cannot write outputs: it is a link to "),
+        ("hydra.run.dir=/proc/runner_test", "cannot write /proc/runner_test: No such file or directory"),
+        ("hydra.run.dir=/etc/passwd/run", "cannot write /etc/passwd/run: Not a directory"),
+    ],
+)
+def test_a_place_runner_cannot_write_is_one_line(tmp_path, place, expected):
+    overrides = [place] if "=" in place else []
+    if place == "dangling-outputs":
+        (tmp_path / "outputs").symlink_to(tmp_path / "gone")
+    result = run_cli("train", *overrides, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(error_lines) == 1 and expected in error_lines[0], result.stderr
+    assert "hydra.run.dir=DIR" in error_lines[0]

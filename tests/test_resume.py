@@ -19,6 +19,8 @@ pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
 
 PLUGINS = str(REPO / "tests" / "plugins")
 ENV = {"PYTHONPATH": PLUGINS + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+# The test's own data set: a resume builds no target that only the run directory names, so it is given again.
+OWN_DATA = "data.dataset._target_=slow_data.slow_classification"
 # 100 samples in batches of 8: 13 micro-batches (the last one short), 7 optimizer steps per epoch with
 # accumulate=2 (the last window short); 30 steps end mid-epoch. Dropout makes the RNG state matter.
 SLOW_RUN = (
@@ -83,7 +85,7 @@ def test_sigkill_at_a_random_step_then_resume_is_bit_identical(tmp_path, referen
     process.wait()
     assert not (run_dir / "checkpoints" / "last.pt").exists()
 
-    result = run_cli("train", f"resume={run_dir}", cwd=tmp_path, env=ENV)
+    result = run_cli("train", f"resume={run_dir}", OWN_DATA, cwd=tmp_path, env=ENV)
     assert result.returncode == 0, result.stderr
     assert "resumed from" in result.stdout
     assert_same_run(run_dir, reference_run)

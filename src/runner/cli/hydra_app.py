@@ -166,9 +166,13 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
     except OSError as error:
         if started or error.filename is None:
             raise
+        place = Path(error.filename)
+        reason = error.strerror
+        if place.is_symlink() and not place.exists():
+            reason = f"it is a link to {os.readlink(place)}, which does not exist"
         exit_with(ConfigError(
-            f"cannot write {error.filename}: {error.strerror}; run from a folder where runner may write "
-            "outputs/, or choose one with hydra.run.dir=DIR (hydra.sweep.dir=DIR for sweeps)"
+            f"cannot write {place}: {reason}; run from a folder where runner may write outputs/, or "
+            "choose one with hydra.run.dir=DIR (hydra.sweep.dir=DIR for sweeps)"
         ))  # fmt: skip
     finally:
         restore_environment("HYDRA_FULL_ERROR", preset)

@@ -137,7 +137,8 @@ def train_task(
     """One run, or one job of a sweep. A failed sweep job records its failure (traceback in its log,
     ``result.json``) and returns NaN, so the other jobs and the sweep's summary still run. A run
     refused at its start leaves nothing behind: no new run directory, a resumed one as it was."""
-    from runner.experiment.train import train
+    from runner.checkpoint.durable import WriteError
+    from runner.experiment.train import NothingToTrain, train
     from runner.observe.records import write_result
 
     hydra_config = HydraConfig.get()
@@ -156,7 +157,18 @@ def train_task(
     def record(status: str, **details: Any) -> None:
         # Rank 0 alone: ranks that fail at the same step would otherwise write one file at once.
         if int(os.environ.get("RANK", 0)) == 0:
-            write_result(run_dir, status, time.time() - started, **details)
+            try:
+                write_result(run_dir, status, time.time() - started, **details)
+            except WriteError as error:  # the run's outcome is already said; the record is extra
+                log.warning("could not record the result: %s", error)
+
+    def undo_hydra_writes() -> None:
+        """For a run refused before it wrote anything of its own."""
+        if resumed_dir is not None and resumed_dir.run_dir == run_dir.resolve():
+            if resumed_dir.untouched():
+                resumed_dir.restore()
+        else:
+            remove_new_run_dir(run_dir, Path.cwd() / "outputs")
 
     with submitit_tasks_as_ranks(run_dir):
         try:
@@ -169,12 +181,13 @@ def train_task(
             if in_sweep and sweep_stop.stops(error, hydra_config):
                 return math.nan
             raise
+        except NothingToTrain as done:
+            undo_hydra_writes()
+            print(f"runner: {done}", file=sys.stderr)
+            return None
         except UserError as error:
             if not in_sweep:
-                if resumed_dir is not None and resumed_dir.run_dir == run_dir.resolve():
-                    resumed_dir.restore()
-                else:
-                    remove_new_run_dir(run_dir, Path.cwd() / "outputs")
+                undo_hydra_writes()
                 exit_with(error)
             record("failed", error=str(error))
             log.error("job failed: %s", error)

@@ -19,11 +19,20 @@ class ResumedRunDir:
     run_dir: Path
     record: Path
     log_size: int | None  # None: there was no log
+    run_record: int | None  # run.yaml's modification time: it changes once the run writes
 
     @classmethod
     def before(cls, run_dir: Path, record: str, log_name: str = "train.log") -> "ResumedRunDir":
-        log = run_dir / log_name
-        return cls(run_dir, run_dir / record, log.stat().st_size if log.is_file() else None)
+        log, run_record = run_dir / log_name, run_dir / "run.yaml"
+        return cls(
+            run_dir, run_dir / record, log.stat().st_size if log.is_file() else None,
+            run_record.stat().st_mtime_ns if run_record.is_file() else None,
+        )  # fmt: skip
+
+    def untouched(self) -> bool:
+        """Whether the resumed run has not begun writing (then its log lines are only Hydra's)."""
+        run_record = self.run_dir / "run.yaml"
+        return (run_record.stat().st_mtime_ns if run_record.is_file() else None) == self.run_record
 
     def restore(self, log_name: str = "train.log") -> None:
         shutil.rmtree(self.record, ignore_errors=True)

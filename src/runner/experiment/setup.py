@@ -112,6 +112,8 @@ def build_named(build: Build, section: str, specs: Mapping[str, Any]) -> dict[st
     for name, spec in specs.items():
         try:
             built[name] = build_component(build, f"{section}.{name}", spec)
+        except ConfigError:
+            raise
         except ValueError as error:
             raise ConfigError(f"{section}.{name}: {str(error).splitlines()[0]}") from None
     return built
