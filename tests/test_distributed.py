@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +24,8 @@ DATA = (
     "trainer.max_steps=20",
     "trainer.log_every_n_steps=1",
 )
+# The test's own data set: a resume builds no target that only the run directory names, so it is given again.
+OWN_DATA = "data.dataset._target_=slow_data.slow_classification"
 # One NaN sample: the step whose batch holds it must be skipped alike by one process and by two.
 NAN_SKIPPED = (
     "data.dataset._target_=slow_data.slow_classification", "+data.dataset.seconds_per_item=0",
@@ -38,6 +41,30 @@ def torchrun(*arguments: str, cwd, timeout: float = 240) -> subprocess.Completed
 
 def weights(run_dir):
     return torch.load(run_dir / "checkpoints" / "last.pt")["model_state_dict"]
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process descended from it, deepest first."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo += children.get(current, [])
+    return tree[::-1]
+
+
+def zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def test_two_processes_equal_one_and_resume_exactly_after_sigkill(tmp_path):
@@ -80,9 +107,15 @@ def test_two_processes_equal_one_and_resume_exactly_after_sigkill(tmp_path):
     while not kill_at.exists():
         assert process.poll() is None and time.monotonic() < deadline
         time.sleep(0.005)
-    os.killpg(process.pid, signal.SIGKILL)
+    tree = process_tree(process.pid)
+    for pid in tree:  # torchrun starts each worker in a session of its own: killpg would miss them
+        os.kill(pid, signal.SIGKILL)
     process.wait()
-    resumed = torchrun(f"resume={killed}", cwd=tmp_path)
+    while any(Path(f"/proc/{pid}").exists() and not zombie(pid) for pid in tree):
+        time.sleep(0.01)
+    assert len(tree) >= 3, tree  # the agent and both ranks
+    assert not (killed / "checkpoints" / "last.pt").exists()  # killed mid-run, not finished
+    resumed = torchrun(f"resume={killed}", OWN_DATA, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     for key, tensor in weights(tmp_path / "two").items():
         assert torch.equal(weights(killed)[key], tensor), key
@@ -121,11 +154,11 @@ def test_sigterm_stops_every_rank_at_one_step_and_resume_needs_the_same_world_si
     assert 5 <= saved["global_step"] < 60 and saved["world_size"] == 2
     assert "resume with: python -m runner train resume=" in out + err
 
-    alone = run_cli("train", f"resume={run_dir}", cwd=tmp_path, env=ENV)
+    alone = run_cli("train", f"resume={run_dir}", OWN_DATA, cwd=tmp_path, env=ENV)
     assert alone.returncode == 2
     assert "saved by 2 process(es), resumed with 1" in alone.stderr
 
-    resumed = torchrun(f"resume={run_dir}", cwd=tmp_path)
+    resumed = torchrun(f"resume={run_dir}", OWN_DATA, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert torch.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 60
     steps = [step for step, _ in read_scalars(run_dir)["train/loss"]]
