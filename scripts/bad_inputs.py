@@ -1,0 +1,817 @@
+"""Bad-input pass: wrong and adversarial command lines through the real CLI, counted.
+
+    python scripts/bad_inputs.py                     # every case, 2 at a time (a few minutes)
+    python scripts/bad_inputs.py --only eval- --only resume- --json /tmp/bad_inputs.json
+
+Each case runs ``python -m runner ...`` in a fresh temporary working directory (so ``outputs/`` lands
+there) with its fixtures copied in: a finished tiny run, damaged or malicious checkpoints, a tampered run
+directory, text and random files, an unwritable or dangling ``outputs``. A case is judged by its exit
+status and output:
+
+- ``one-line``: exit 2, the last non-empty stderr line starts with ``runner: error:``, at most a few
+  stderr lines, no traceback (what a refused command should give);
+- ``ok``: exit 0 where the command is valid (``ok-no-write`` cases must also write nothing);
+- ``diagnosed``: ``doctor`` on a model and data that do not fit: a failing check, exit 1;
+- ``traceback``, ``accepted`` (exit 0 where it should be refused), ``other`` (e.g. Hydra's multi-line
+  message with exit 1), ``timeout``;
+- ``CODE-EXEC``: a checkpoint or run directory that names ``pathlib.Path.touch`` (or pickles a call to
+  it) made runner create the file it names.
+
+Files written: anything new, changed or removed in the working directory afterwards (path, size,
+mtime_ns; ``__pycache__`` ignored), fixture run directories included. A case is fine when its verdict is
+the expected one and it wrote nothing it should not have. The totals are for the closing note of issue 14.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRACEBACK = "Traceback (most recent call last)"
+ONE_LINE_PREFIX = "runner: error:"
+MAX_STDERR_LINES = 5  # a one-line error may follow a few warning lines
+REFUSE, OK_NO_WRITE, OK = "refuse", "ok-no-write", "ok"
+DIAGNOSE = "diagnose"  # doctor on a misfit: its failing check is the answer (exit 1, nothing written)
+# A sweep value only a constructor refuses: that job fails (one line in the console, its traceback-free
+# error in its result.json), the others run, the sweep exits 1 after its summary.
+JOB_FAILS = "job-fails"
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure|Train)\b")
+TOUCH = "pathlib.Path.touch"
+# Drops root's power to ignore file permissions, so read-only places are read-only to the run.
+UNPRIVILEGED = ("setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One command line: ``python -m runner *args`` in a fresh directory holding ``needs``."""
+
+    id: str
+    args: tuple[str, ...]
+    expect: str = REFUSE
+    needs: tuple[str, ...] = ()
+    writes_ok: bool = False  # a refusal that may leave files (a full disk keeps earlier checkpoints)
+
+
+@dataclass
+class Result:
+    id: str
+    command: str
+    expect: str
+    verdict: str
+    exit_code: int | None
+    seconds: float
+    last_line: str
+    error: str = ""  # the exception's line, where there is a traceback
+    wrote: list[str] = field(default_factory=list)
+    marker_created: bool = False
+    may_write: bool = False  # expected to write (a valid report) or allowed to (a full disk)
+    fine: bool = False
+
+
+def case(
+    id: str, line: str | tuple[str, ...], expect: str = REFUSE, needs: tuple[str, ...] = (), **kw: bool
+) -> Case:
+    args = tuple(shlex.split(line)) if isinstance(line, str) else line
+    return Case(id, args, expect, needs, **kw)
+
+
+LAST = "run/checkpoints/last.pt"
+QUICK = "trainer.max_steps=3 trainer.max_epochs=null"  # for sweeps, so an accepted one ends soon
+CASES: list[Case] = [
+    # Override syntax.
+    case("syntax-umlaut-device", "train device=cpü"),
+    case("syntax-unclosed-list", "train model.hidden=[64"),
+    case("syntax-tilde-path", "train resume=~/x"),
+    case("syntax-unbalanced-single-quote", ("train", "optimizer.lr='0.1")),
+    case("syntax-unbalanced-double-quote", ("train", 'seed="3')),
+    case("syntax-unclosed-brace", ("train", "optimizer={lr:1")),
+    case("syntax-no-key", "train =5"),
+    case("syntax-double-equals", "train seed==3"),
+    case("syntax-bang-in-key", "train seed!x=1"),
+    case("syntax-leading-dot-key", "train .seed=1"),
+    case("syntax-space-in-key", ("train", "se ed=1")),
+    case("syntax-missing-interpolation", ("train", "model.hidden=[64,${oops}]")),
+    case("syntax-self-interpolation", ("train", "optimizer.lr=${optimizer.lr}")),
+    case("syntax-unset-env-resolver", ("train", "optimizer.lr=${oc.env:RUNNER_BAD_INPUTS_UNSET}")),
+    # Unknown and mistyped keys.
+    case("key-unknown-top", "train foo=1"),
+    case("key-typo-top", "train sed=1"),
+    case("key-plus-foo", "train +foo=1"),
+    case("key-plusplus-foo", "train ++foo=1"),
+    case("key-trainer-max_step", "train trainer.max_step=5"),
+    case("key-model-hiden", "train model.hiden=5"),
+    case("key-plus-model-hiden", "train +model.hiden=5"),
+    case("key-optimizer-lrr", "train optimizer.lrr=1"),
+    case("key-data-batchsize", "train data.batchsize=32"),
+    case("key-scheduler-warmup", "train scheduler.warmup=5"),
+    case("key-checkpoint-every_n_step", "train checkpoint.every_n_step=5"),
+    case("key-digits-num_train", "train data.dataset.num_train=0"),
+    # Unknown config-group options.
+    case("group-optimizer-lion", "train optimizer=lion"),
+    case("group-scheduler-nope", "train scheduler=nope"),
+    case("group-data-imagenet", "train data=imagenet"),
+    case("group-model-resnet", "train model=resnet"),
+    case("group-loss-hinge", "train loss=hinge"),
+    case("group-callbacks-nope", "train callbacks=[ema,nope]"),
+    case("group-metrics-f1", "train metrics=f1"),
+    case("group-checkpoint-sometimes", "train checkpoint=sometimes"),
+    case("group-hparams_search-random", "train hparams_search=random"),
+    case("group-hydra-launcher-nope", "train hydra/launcher=nope"),
+    case("cli-config-name-nope", "train -cn nope"),
+    case("cli-cfg-nope", "train --cfg nope"),
+    case("cli-unknown-flag", "train --nope"),
+    # Values the constructors reject.
+    case("ctor-hidden-negative", "train model.hidden=[-5]"),
+    case("ctor-hidden-float", "train model.hidden=[1.5]"),
+    case("ctor-hidden-string", "train model.hidden=abc"),
+    case("ctor-dropout-1.5", "train model.dropout=1.5"),
+    case("ctor-dropout-negative", "train model.dropout=-0.1"),
+    case("ctor-dropout-string", "train model.dropout=abc"),
+    case("ctor-betas-2-3", "train optimizer.betas=[2,3]"),
+    case("ctor-betas-one", "train optimizer.betas=[0.9]"),
+    case("ctor-weight-decay-negative", "train optimizer.weight_decay=-1"),
+    case("ctor-sgd-momentum-negative", "train optimizer=sgd optimizer.momentum=-0.5"),
+    case("ctor-sgd-nesterov-no-momentum", "train optimizer=sgd optimizer.nesterov=true"),
+    case("ctor-cnn-no-channels", "train model=cnn model.channels=[]"),
+    case("ctor-char_rnn-cell-rnn", "train model=char_rnn model.cell=rnn"),
+    case("ctor-char_rnn-cell-rnn-text", "train data=text model=char_rnn model.cell=rnn"),
+    case("ctor-no_decay-int", "train +optimizer.no_decay=5"),
+    # Model, data and loss that do not fit together.
+    case("fit-char_rnn-on-digits", "train model=char_rnn"),
+    case("fit-mlp-on-text", "train data=text"),
+    case("fit-char_rnn-on-regression", "train data=regression model=char_rnn"),
+    case("fit-cnn-on-regression", "train data=regression model=cnn"),
+    case("fit-cross_entropy-on-regression", "train data=regression loss=cross_entropy"),
+    case("fit-mse-on-digits", "train loss=mse"),
+    case("fit-from_model-mlp", "train loss=from_model"),
+    case("fit-input_shape-wrong", "train data.input_shape=[3,32,32]"),
+    case("fit-num_outputs-too-few", "train data.num_outputs=3"),
+    # Deleted and null sections.
+    case("delete-clip", "train ~clip"),
+    case("delete-model", "train ~model"),
+    case("delete-optimizer-lr", "train ~optimizer.lr", OK),  # an argument dropped: torch's default lr
+    case("null-model", "train model=null"),
+    case("null-data", "train data=null"),
+    case("null-optimizer", "train optimizer=null"),
+    # Devices this CPU machine does not have.
+    case("device-huge-index", "train device=cuda:99999999999999999999999"),
+    case("device-cuda0", "train device=cuda:0"),
+    case("device-mps", "train device=mps"),
+    case("device-tpu", "train device=tpu"),
+    case("device-negative-index", "train device=cuda:-1"),
+    case("device-empty", "train device="),
+    # Numbers out of range or of the wrong type.
+    case("value-lr-inf", "train optimizer.lr=inf"),
+    case("value-lr-1e400", "train optimizer.lr=1e400"),
+    case("value-lr-nan", "train optimizer.lr=nan"),
+    case("value-lr-negative", "train optimizer.lr=-1"),
+    case("value-lr-string", "train optimizer.lr=abc"),
+    case("value-hidden-zero", "train model.hidden=[0]"),
+    case("value-fused-maybe", "train optimizer.fused=maybe"),
+    case("value-foreach-2", "train optimizer.foreach=2"),
+    case("value-val_fraction-1.5", "train data.dataset.val_fraction=1.5"),
+    case("value-val_fraction-negative", "train data.dataset.val_fraction=-0.2"),
+    case("value-val_fraction-0-empty-val", "train data.dataset.val_fraction=0"),
+    case("value-val_fraction-1-empty-train", "train data.dataset.val_fraction=1.0"),
+    case("value-classification-num_train-0", "train data=classification data.dataset.num_train=0"),
+    case("value-regression-num_val-0", "train data=regression data.dataset.num_val=0"),
+    case("value-classification-num_classes-0", "train data=classification data.dataset.num_classes=0"),
+    case("value-batch_size-0", "train data.batch_size=0"),
+    case("value-batch_size-negative", "train data.batch_size=-1"),
+    case("value-val_batch_size-0", "train data.val_batch_size=0"),
+    case("value-num_workers-negative", "train data.num_workers=-1"),
+    case("value-never-stops", "train trainer.max_steps=null trainer.max_epochs=null"),
+    case("value-max_steps-0", "train trainer.max_steps=0"),
+    case("value-max_epochs-negative", "train trainer.max_epochs=-1"),
+    case("value-max_steps-1.5", "train trainer.max_steps=1.5"),
+    case("value-log_every-0", "train trainer.log_every_n_steps=0"),
+    case("value-val_every_epochs-0", "train trainer.val_every_n_epochs=0"),
+    case("value-model-target-nope", "train model._target_=nope.nothing"),
+    case("value-dataset-target-nope", "train data.dataset._target_=nope.nothing"),
+    case("value-loss-target-nope", "train loss._target_=nope.nothing"),
+    case("value-scheduler-target-nope", "train scheduler._target_=nope.nothing"),
+    case("value-collate-target-nope", "train data.collate_fn._target_=nope.nothing"),
+    case("value-seed-abc", "train seed=abc"),
+    case("value-seed-negative", "train seed=-1"),
+    case("value-seed-2pow32", "train seed=4294967296"),
+    case("value-seed-float", "train seed=1.5"),
+    case("value-seed-repeated-last-bad", "train seed=0 seed=abc"),
+    case("value-accumulate-0", "train accumulate=0"),
+    case("value-accumulate-float", "train accumulate=1.5"),
+    case("value-clip-negative", "train clip=-1"),
+    case("value-clip-0", "train clip=0"),
+    case("value-clip-string", "train clip=abc"),
+    case("value-precision-fp8", "train precision=fp8"),
+    case("value-precision-16", "train precision=16"),
+    case("value-on_nonfinite-ignore", "train on_nonfinite=ignore"),
+    case("value-max_nonfinite-0", "train max_nonfinite_in_a_row=0"),
+    case("value-deterministic-maybe", "train deterministic=maybe"),
+    case("value-compile-2", "train compile=2"),
+    case("value-tf32-maybe", "train tf32=maybe"),
+    case("value-channels_last-maybe", "train channels_last=maybe"),
+    case("value-keep_last-0", "train checkpoint.keep_last=0"),
+    case("value-monitor-unlogged", "train checkpoint.monitor=val/nope"),
+    case("value-mode-up", "train checkpoint.mode=up"),
+    case("value-step-gamma-negative", "train scheduler=step scheduler.gamma=-1"),
+    case("value-step-size-0", "train scheduler=step scheduler.step_size=0"),
+    case("value-cosine-min_lr-negative", "train scheduler=cosine scheduler.min_lr=-1"),
+    case("value-warmup-negative", "train scheduler.warmup_steps=-5"),
+    case("value-plateau-monitor-unlogged", "train scheduler=plateau scheduler.monitor=val/nope"),
+    case("value-patience-negative", "train callbacks=early_stopping callbacks.early_stopping.patience=-1"),
+    case("value-ema-decay-1.5", "train callbacks=ema callbacks.ema.decay=1.5"),
+    # Sweeps with one bad value among good ones: refused before any job runs.
+    case("sweep-lr-negative", f"train -m optimizer.lr=1e-3,-1 {QUICK}"),
+    case("sweep-seed-abc", f"train -m seed=0,abc {QUICK}"),
+    case("sweep-hidden-negative", f"train -m model.hidden=[64],[-5] {QUICK}", JOB_FAILS, writes_ok=True),
+    case("sweep-optimizer-lion", f"train -m optimizer=adam,lion {QUICK}"),
+    case("sweep-dropout-1.5", f"train -m model.dropout=0.1,1.5 {QUICK}", JOB_FAILS, writes_ok=True),
+    case("sweep-interval-basic-sweeper", f"train -m optimizer.lr=interval(0.001,0.1) {QUICK}"),
+    case("sweep-launcher-nope", f"train -m hydra/launcher=nope seed=0,1 {QUICK}"),
+    # Where the run would be written.
+    case("place-readonly-outputs", f"train {QUICK}", needs=("readonly_outputs",)),
+    case("place-unwritable-cwd", f"train {QUICK}", needs=("unwritable_cwd",)),
+    case("place-dangling-outputs-symlink", f"train {QUICK}", needs=("dangling_outputs",)),
+    case("place-outputs-is-a-file", f"train {QUICK}", needs=("outputs_file",)),
+    case("place-proc-run-dir", "train hydra.run.dir=/proc/runner_test"),
+    case("place-run-dir-under-a-file", "train hydra.run.dir=/etc/passwd/run"),
+    case(
+        "place-full-disk",
+        "train model.hidden=[512,512] trainer.max_epochs=2",
+        needs=("full_disk",),
+        writes_ok=True,
+    ),
+    # eval.
+    case("eval-nothing", "eval"),
+    case("eval-missing-file", "eval ckpt=missing.pt"),
+    case("eval-empty-value", "eval ckpt="),
+    case("eval-directory", "eval ckpt=empty_dir", needs=("empty_dir",)),
+    case("eval-run-directory", "eval ckpt=run", needs=("run",)),
+    case("eval-etc-passwd", "eval ckpt=/etc/passwd"),
+    case("eval-short-text", "eval ckpt=text.txt", needs=("text.txt",)),
+    case("eval-random-bytes", "eval ckpt=random.bin", needs=("random.bin",)),
+    case("eval-readme", "eval ckpt=README.md", needs=("README.md",)),
+    case("eval-empty-file", "eval ckpt=empty.pt", needs=("empty.pt",)),
+    case("eval-truncated", "eval ckpt=truncated.pt", needs=("truncated.pt",)),
+    case("eval-not-runner-checkpoint", "eval ckpt=not_runner.pt", needs=("not_runner.pt",)),
+    case("eval-config-is-a-string", "eval ckpt=config_string.pt", needs=("config_string.pt",)),
+    case("eval-flipped-16-bytes", "eval ckpt=flipped.pt", needs=("flipped.pt",)),
+    case("eval-evil-model-target", "eval ckpt=evil_model.pt", needs=("evil_model.pt",)),
+    case("eval-evil-model-args", "eval ckpt=evil_model_args.pt", needs=("evil_model_args.pt",)),
+    case("eval-evil-dataset-target", "eval ckpt=evil_dataset.pt", needs=("evil_dataset.pt",)),
+    case("eval-evil-loss-target", "eval ckpt=evil_loss.pt", needs=("evil_loss.pt",)),
+    case("eval-evil-metric-target", "eval ckpt=evil_metric.pt", needs=("evil_metric.pt",)),
+    case("eval-evil-callback-target", "eval ckpt=evil_callback.pt", needs=("evil_callback.pt",)),
+    case("eval-pickled-code", "eval ckpt=pickle.pt", needs=("pickle.pt",)),
+    case("eval-split-train", f"eval ckpt={LAST} split=train", needs=("run",)),
+    case("eval-split-test-none", f"eval ckpt={LAST} split=test", needs=("run",)),
+    case("eval-unknown-option", f"eval ckpt={LAST} foo=1", needs=("run",)),
+    case("eval-unknown-flag", f"eval ckpt={LAST} --json", needs=("run",)),
+    case("eval-device-cuda0", f"eval ckpt={LAST} device=cuda:0", needs=("run",)),
+    case("eval-device-umlaut", f"eval ckpt={LAST} device=cpü", needs=("run",)),
+    case("eval-device-huge-index", f"eval ckpt={LAST} device=cuda:99999999999999999999999", needs=("run",)),
+    case("eval-valid-checkpoint", f"eval ckpt={LAST} device=cpu", OK_NO_WRITE, ("run",)),
+    # resume.
+    case("resume-missing-path", "train resume=/nonexistent/run"),
+    case("resume-latest-no-outputs", "train resume=latest"),
+    case("resume-latest-finished", "train resume=latest", OK_NO_WRITE, ("latest_run",)),
+    case("resume-20kb-value", ("train", "resume=" + "a" * 20480)),
+    case("resume-deep-path", ("train", "resume=" + "d/" * 5000)),
+    case("resume-non-run-dir", "train resume=empty_dir", needs=("empty_dir",)),
+    case("resume-text-file", "train resume=text.txt", needs=("text.txt",)),
+    case("resume-etc-passwd", "train resume=/etc/passwd"),
+    case("resume-finished-run", "train resume=run", OK_NO_WRITE, ("run",)),
+    case("resume-finished-same-steps", "train resume=run trainer.max_steps=20", OK_NO_WRITE, ("run",)),
+    case("resume-finished-file", f"train resume={LAST}", OK_NO_WRITE, ("run",)),
+    case("resume-dropout-changed", "train resume=run model.dropout=0.5 trainer.max_steps=30", needs=("run",)),
+    case("resume-hidden-changed", "train resume=run model.hidden=[128] trainer.max_steps=30", needs=("run",)),
+    case("resume-model-target-changed", "train resume=run model=cnn trainer.max_steps=30", needs=("run",)),
+    case("resume-lr-changed", "train resume=run optimizer.lr=0.5 trainer.max_steps=30", needs=("run",)),
+    case("resume-batch-changed", "train resume=run data.batch_size=64 trainer.max_steps=30", needs=("run",)),
+    case("resume-seed-changed", "train resume=run seed=1 trainer.max_steps=30", needs=("run",)),
+    case("resume-bad-value-too", "train resume=run optimizer.lr=-1", needs=("run",)),
+    case("resume-flipped-file", f"train resume={LAST} trainer.max_steps=30", needs=("run_flipped",)),
+    case("resume-tampered-model", "train resume=run trainer.max_steps=30", needs=("tampered_model_run",)),
+    case("resume-tampered-dataset", "train resume=run trainer.max_steps=30", needs=("tampered_dataset_run",)),
+    case(
+        "resume-tampered-callbacks",
+        "train resume=run trainer.max_steps=30",
+        needs=("tampered_callbacks_run",),
+    ),
+    case(
+        "resume-evil-checkpoint-bare",
+        "train resume=evil_full.pt trainer.max_steps=30",
+        needs=("evil_full.pt",),
+    ),
+    case("resume-evil-checkpoint-in-run", f"train resume={LAST} trainer.max_steps=30", needs=("evil_run",)),
+    case("resume-pickled-code", "train resume=pickle.pt", needs=("pickle.pt",)),
+    # report.
+    case("report-nothing", "report"),
+    case("report-two-args", "report a b", needs=("empty_dir",)),
+    case("report-a-file", "report text.txt", needs=("text.txt",)),
+    case("report-missing-dir", "report /nonexistent/sweep"),
+    case("report-etc-passwd", "report /etc/passwd"),
+    case("report-empty-dir", "report empty_dir", needs=("empty_dir",)),
+    case("report-zero-byte-result", "report zero_result", OK, ("zero_result",)),  # skipped with a warning
+    case("report-run-zero-byte-result", "report run", OK, ("zero_result_run",)),
+    case("report-valid-run", "report run", OK, ("run",)),
+    # doctor (writes nothing, even when it runs).
+    case("doctor-umlaut-device", "doctor device=cpü"),
+    case("doctor-unclosed-list", "doctor model.hidden=[64"),
+    case("doctor-hidden-negative", "doctor model.hidden=[-5]"),
+    case("doctor-dropout-1.5", "doctor model.dropout=1.5"),
+    case("doctor-char_rnn-on-digits", "doctor model=char_rnn", DIAGNOSE),
+    case("doctor-mlp-on-text", "doctor data=text", DIAGNOSE),
+    case("doctor-delete-clip", "doctor ~clip"),
+    case("doctor-null-model", "doctor model=null"),
+    case("doctor-optimizer-lion", "doctor optimizer=lion"),
+    case("doctor-trainer-max_step", "doctor trainer.max_step=5"),
+    case("doctor-lr-inf", "doctor optimizer.lr=inf"),
+    case("doctor-device-cuda0", "doctor device=cuda:0"),
+    case("doctor-device-huge-index", "doctor device=cuda:99999999999999999999999"),
+    case("doctor-unknown-flag", "doctor --nope"),
+    case("doctor-plus-foo", "doctor +foo=1"),
+    case("doctor-default", "doctor", OK_NO_WRITE),
+    # lr_find.
+    case("lr_find-umlaut-device", "lr_find device=cpü"),
+    case("lr_find-hidden-negative", "lr_find model.hidden=[-5]"),
+    case("lr_find-char_rnn-on-digits", "lr_find model=char_rnn"),
+    case("lr_find-optimizer-lion", "lr_find optimizer=lion"),
+    case("lr_find-delete-clip", "lr_find ~clip"),
+    case("lr_find-lr-nan", "lr_find optimizer.lr=nan"),
+    case("lr_find-null-model", "lr_find model=null"),
+    case("lr_find-device-mps", "lr_find device=mps"),
+    case("lr_find-val_fraction-1.5", "lr_find data.dataset.val_fraction=1.5"),
+    case("lr_find-plus-foo", "lr_find +foo=1"),
+    case("lr_find-model-target-nope", "lr_find model._target_=nope.nothing"),
+    # The command itself.
+    case("cli-unknown-command", "fit"),
+    case("cli-command-uppercase", "TRAIN"),
+    case("cli-unknown-dash-flag", "--nope"),
+    case("cli-no-command", ""),
+    case("cli-help", "--help", OK_NO_WRITE),
+    case("cli-train-cfg-job", "train --cfg job", OK_NO_WRITE),
+]
+
+
+# Fixtures: built in a case's working directory before it runs (``needs``).
+
+
+@dataclass(frozen=True)
+class Context:
+    base_run: Path  # a finished tiny run, built once
+    marker: Path  # the file code execution would create (outside the working directory)
+
+
+def copy_run(dest: Path, ctx: Context) -> None:
+    shutil.copytree(ctx.base_run, dest, symlinks=True)
+
+
+def load_base(ctx: Context) -> dict:
+    """The fixture run's ``last.pt``, without the checksum runner writes with it: a file from before
+    checksums (or an attacker's) has none, and must still be judged on what it holds."""
+    import torch
+
+    loaded = torch.load(ctx.base_run / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
+    return {key: value for key, value in loaded.items() if "checksum" not in key}
+
+
+def save(obj: object, dest: Path) -> None:
+    import torch
+
+    torch.save(obj, dest)
+
+
+def flip_tensor_bytes(path: Path, tensor_bytes: bytes, count: int = 16) -> None:
+    """Invert ``count`` bytes in the middle of the zip record holding exactly ``tensor_bytes``."""
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        infos = archive.infolist()
+    for info in infos:
+        if info.file_size != len(tensor_bytes) or info.compress_type != zipfile.ZIP_STORED:
+            continue
+        header = info.header_offset
+        name_length = int.from_bytes(data[header + 26 : header + 28], "little")
+        extra_length = int.from_bytes(data[header + 28 : header + 30], "little")
+        start = header + 30 + name_length + extra_length
+        if bytes(data[start : start + info.file_size]) == tensor_bytes:
+            middle = start + info.file_size // 2
+            for index in range(middle, middle + count):
+                data[index] ^= 0xFF
+            path.write_bytes(bytes(data))
+            return
+    raise RuntimeError(f"no record in {path} holds the tensor")
+
+
+def flipped_checkpoint(dest: Path, ctx: Context) -> None:
+    shutil.copy2(ctx.base_run / "checkpoints" / "last.pt", dest)
+    weights = load_base(ctx)["model_state_dict"]
+    largest = max(weights.values(), key=lambda tensor: tensor.numel())
+    flip_tensor_bytes(dest, largest.numpy().tobytes())
+
+
+def flipped_run(dest: Path, ctx: Context) -> None:
+    copy_run(dest, ctx)
+    last = dest / "checkpoints" / "last.pt"
+    stat = last.stat()
+    flipped_checkpoint(last, ctx)
+    os.utime(last, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def evil_checkpoint(where: str, full: bool = False) -> Callable[[Path, Context], None]:
+    """A checkpoint that passes ``weights_only=True`` and whose stored config names
+    ``pathlib.Path.touch`` with the marker's path, at ``where``."""
+
+    def build(dest: Path, ctx: Context) -> None:
+        base = load_base(ctx)
+        config = copy.deepcopy(base["config"])
+        touch = {"_target_": TOUCH, "self": str(ctx.marker)}
+        if where == "model":
+            config["model"] = touch
+        elif where == "model_args":
+            config["model"] = {"_target_": TOUCH, "_args_": [str(ctx.marker)]}
+        elif where == "dataset":
+            config["data"]["dataset"] = touch
+        elif where == "loss":
+            config["loss"] = touch
+        elif where == "metric":
+            config["metrics"] = {"acc": touch}
+        elif where == "callback":
+            config["callbacks"] = {"evil": touch}
+        keys = ("model_state_dict", "optimizer_state_dict", "epoch", "best_val", "global_step")
+        payload = dict(base) if full else {key: base[key] for key in keys}
+        save({**payload, "config": config}, dest)
+
+    return build
+
+
+class TouchOnUnpickle:
+    """Pickles as a call to ``Path.touch(marker)``: what a malicious ``torch.save`` file carries."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.path,))
+
+
+def evil_run(dest: Path, ctx: Context) -> None:
+    """A copy of the run whose ``last.pt`` is the malicious one (no checksum, as before checksums)."""
+    copy_run(dest, ctx)
+    evil_checkpoint("model", full=True)(dest / "checkpoints" / "last.pt", ctx)
+
+
+def pickled_code(dest: Path, ctx: Context) -> None:
+    save({**load_base(ctx), "extra": TouchOnUnpickle(ctx.marker)}, dest)
+
+
+# Overrides a tampered run directory's record adds ({marker}: the marker file's path).
+TAMPERED_MODEL = (f"model._target_={TOUCH}", "~model.input_shape", "~model.num_outputs", "~model.hidden",
+                  "~model.dropout", "+model.self={marker}")  # fmt: skip
+TAMPERED_DATASET = (f"data.dataset._target_={TOUCH}", "~data.dataset.val_fraction",
+                    "~data.dataset.split_seed", "+data.dataset.self={marker}")  # fmt: skip
+TAMPERED_CALLBACKS = (f"+callbacks.evil._target_={TOUCH}", "+callbacks.evil.self={marker}")
+
+
+def tampered_run(lines: tuple[str, ...]) -> Callable[[Path, Context], None]:
+    """A copy of the run whose ``.hydra/overrides.yaml`` also names ``pathlib.Path.touch``."""
+
+    def build(dest: Path, ctx: Context) -> None:
+        copy_run(dest, ctx)
+        record = dest / ".hydra" / "overrides.yaml"
+        stat = record.stat()
+        extra = "".join(f"- {line.format(marker=ctx.marker)}\n" for line in lines)
+        record.write_text(record.read_text() + extra)
+        os.utime(record, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+    return build
+
+
+def zero_result_run(dest: Path, ctx: Context) -> None:
+    copy_run(dest, ctx)
+    (dest / "result.json").write_bytes(b"")
+
+
+def zero_result(dest: Path, ctx: Context) -> None:
+    dest.mkdir()
+    (dest / "result.json").write_bytes(b"")
+
+
+def truncated(dest: Path, ctx: Context) -> None:
+    data = (ctx.base_run / "checkpoints" / "last.pt").read_bytes()
+    dest.write_bytes(data[: len(data) // 2])
+
+
+def readonly_outputs(dest: Path, ctx: Context) -> None:
+    dest.mkdir()
+    dest.chmod(0o555)
+
+
+def unwritable_cwd(dest: Path, ctx: Context) -> None:
+    dest.parent.chmod(0o555)
+
+
+def full_disk(dest: Path, ctx: Context) -> None:
+    dest.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(dest)]
+    if os.geteuid() != 0 or subprocess.run(mount, capture_output=True).returncode != 0:
+        raise Skip("cannot mount a 3 MiB tmpfs here")
+
+
+class Skip(Exception):
+    """A fixture this machine cannot build; the case is reported as skipped."""
+
+
+# name -> (where it goes in the working directory, builder)
+FIXTURES: dict[str, tuple[str, Callable[[Path, Context], None]]] = {
+    "run": ("run", copy_run),
+    "latest_run": ("outputs/2026-01-01/00-00-00-beef", copy_run),
+    "run_flipped": ("run", flipped_run),
+    "zero_result_run": ("run", zero_result_run),
+    "tampered_model_run": ("run", tampered_run(TAMPERED_MODEL)),
+    "tampered_dataset_run": ("run", tampered_run(TAMPERED_DATASET)),
+    "tampered_callbacks_run": ("run", tampered_run(TAMPERED_CALLBACKS)),
+    "flipped.pt": ("flipped.pt", flipped_checkpoint),
+    "truncated.pt": ("truncated.pt", truncated),
+    "empty.pt": ("empty.pt", lambda dest, ctx: dest.write_bytes(b"")),
+    "not_runner.pt": ("not_runner.pt", lambda dest, ctx: save({"weights": [1.0, 2.0]}, dest)),
+    "config_string.pt": ("config_string.pt", lambda dest, ctx: save({**load_base(ctx), "config": "x"}, dest)),
+    "evil_model.pt": ("evil_model.pt", evil_checkpoint("model")),
+    "evil_model_args.pt": ("evil_model_args.pt", evil_checkpoint("model_args")),
+    "evil_dataset.pt": ("evil_dataset.pt", evil_checkpoint("dataset")),
+    "evil_loss.pt": ("evil_loss.pt", evil_checkpoint("loss")),
+    "evil_metric.pt": ("evil_metric.pt", evil_checkpoint("metric")),
+    "evil_callback.pt": ("evil_callback.pt", evil_checkpoint("callback")),
+    "evil_full.pt": ("evil_full.pt", evil_checkpoint("model", full=True)),
+    "evil_run": ("run", evil_run),
+    "pickle.pt": ("pickle.pt", pickled_code),
+    "text.txt": ("text.txt", lambda dest, ctx: dest.write_text("not a checkpoint\n")),
+    "random.bin": ("random.bin", lambda dest, ctx: dest.write_bytes(random.Random(0).randbytes(4096))),
+    "README.md": ("README.md", lambda dest, ctx: shutil.copy2(REPO / "README.md", dest)),
+    "empty_dir": ("empty_dir", lambda dest, ctx: dest.mkdir()),
+    "zero_result": ("zero_result", zero_result),
+    "readonly_outputs": ("outputs", readonly_outputs),
+    "unwritable_cwd": ("outputs", unwritable_cwd),
+    "dangling_outputs": ("outputs", lambda dest, ctx: dest.symlink_to(dest.parent / "gone" / "outputs")),
+    "outputs_file": ("outputs", lambda dest, ctx: dest.write_text("a file where outputs/ should be\n")),
+    "full_disk": ("outputs", full_disk),
+}
+UNPRIVILEGED_FIXTURES = {"readonly_outputs", "unwritable_cwd"}
+
+
+# Running and judging.
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int] | None]:
+    """Every file (path -> (size, mtime_ns)) and directory (path -> None) under ``root``."""
+    seen: dict[str, tuple[int, int] | None] = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [name for name in dirs if name != "__pycache__"]
+        base = Path(folder)
+        for name in dirs:
+            seen[str((base / name).relative_to(root)) + "/"] = None
+        for name in files:
+            path = base / name
+            try:
+                stat = path.lstat()
+            except OSError:
+                continue
+            seen[str(path.relative_to(root))] = (stat.st_size, stat.st_mtime_ns)
+    return seen
+
+
+def changes(before: dict, after: dict) -> list[str]:
+    new = [f"+{path}" for path in after if path not in before]
+    gone = [f"-{path}" for path in before if path not in after]
+    changed = [f"~{path}" for path in after if path in before and after[path] != before[path]]
+    return sorted(new + gone + changed)
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def exception_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if EXCEPTION_LINE.match(line.strip())]
+    return lines[-1] if lines else ""
+
+
+def is_one_line(exit_code: int | None, stderr: str) -> bool:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    return (
+        exit_code == 2
+        and bool(lines)
+        and lines[-1].startswith(ONE_LINE_PREFIX)
+        and len(lines) <= MAX_STDERR_LINES
+        and TRACEBACK not in stderr
+    )
+
+
+def judge(case: Case, exit_code: int | None, stdout: str, stderr: str, marker: bool, timed_out: bool) -> str:
+    if marker:
+        return "CODE-EXEC"
+    if timed_out:
+        return "timeout"
+    if TRACEBACK in stdout or TRACEBACK in stderr:
+        return "traceback"
+    if case.expect == DIAGNOSE:
+        return "diagnosed" if exit_code == 1 and "check(s) failed" in last_line(stdout) else "other"
+    if case.expect == JOB_FAILS:
+        return "job failed" if exit_code == 1 and "jobs failed" in stdout + stderr else "other"
+    if case.expect == REFUSE:
+        if exit_code == 0:
+            return "accepted"
+        return "one-line" if is_one_line(exit_code, stderr) else "other"
+    if exit_code == 0:
+        return "ok"
+    return "refused" if is_one_line(exit_code, stderr) else "other"
+
+
+def command_text(case: Case) -> str:
+    text = shlex.join(["python", "-m", "runner", *case.args])
+    return text if len(text) <= 200 else f"{text[:180]}... ({len(text)} characters)"
+
+
+def environment() -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("HYDRA_")}
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
+    return env
+
+
+def run_case(case: Case, root: Path, base_run: Path, timeout: float) -> Result:
+    cwd = Path(tempfile.mkdtemp(prefix="case-", dir=root))
+    marker = root / "markers" / case.id / "CREATED_BY_CODE_EXECUTION"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    ctx = Context(base_run, marker)
+    prefix: tuple[str, ...] = ()
+    mounted: Path | None = None
+    try:
+        try:
+            for name in case.needs:
+                where, build = FIXTURES[name]
+                (cwd / where).parent.mkdir(parents=True, exist_ok=True)
+                build(cwd / where, ctx)
+                mounted = cwd / where if name == "full_disk" else mounted
+                if name in UNPRIVILEGED_FIXTURES and os.geteuid() == 0 and shutil.which("setpriv"):
+                    prefix = UNPRIVILEGED
+        except Skip as skip:
+            return Result(case.id, command_text(case), case.expect, "skipped", None, 0.0, str(skip))
+        before = snapshot(cwd)
+        started = time.monotonic()
+        process = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "runner", *case.args], cwd=cwd, env=environment(),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            errors="replace", start_new_session=True,
+        )  # fmt: skip
+        timed_out = False
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+        seconds = time.monotonic() - started
+        wrote = changes(before, snapshot(cwd))
+        created = marker.exists()
+        verdict = judge(case, process.returncode, stdout, stderr, created, timed_out)
+        line = last_line(stderr) or last_line(stdout)
+        may_write = case.expect == OK or case.writes_ok
+        fine = verdict in ("one-line", "ok", "diagnosed", "job failed") and (may_write or not wrote)
+        error = exception_line(stdout + stderr) if verdict == "traceback" else ""
+        return Result(case.id, command_text(case), case.expect, verdict, process.returncode, seconds, line,
+                      error, wrote, created, may_write, fine)  # fmt: skip
+    finally:
+        if mounted is not None:
+            subprocess.run(["umount", str(mounted)], capture_output=True)
+        for folder in (cwd, cwd / "outputs"):
+            if folder.is_dir() and not folder.is_symlink():
+                folder.chmod(0o755)
+
+
+def build_base_run(root: Path, timeout: float) -> Path:
+    """The finished tiny run the fixtures copy (20 optimizer steps of the default experiment)."""
+    run_dir = root / "base" / "run"
+    command = [sys.executable, "-m", "runner", "train", "trainer.max_steps=20", "trainer.max_epochs=null",
+               f"hydra.run.dir={run_dir}"]  # fmt: skip
+    env = environment()
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0 or not (run_dir / "checkpoints" / "last.pt").is_file():
+        sys.exit(f"could not build the fixture run ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return run_dir
+
+
+def print_result(result: Result) -> None:
+    flags = []
+    if result.wrote and not result.may_write:
+        flags.append(f"WROTE {len(result.wrote)}")
+    if result.marker_created:
+        flags.append("MARKER CREATED")
+    mark = "  " if result.fine else "!!"
+    print(f"{mark} {result.id:<38} {result.expect:<11} {result.verdict:<10} rc={result.exit_code!s:<4} "
+          f"{result.seconds:5.1f}s {' '.join(flags)} | {result.last_line[:150]}", flush=True)  # fmt: skip
+
+
+OTHER = ("other", "refused", "timeout")
+
+
+def totals(results: list[Result]) -> dict[str, int]:
+    def count(verdicts: tuple[str, ...]) -> int:
+        return sum(result.verdict in verdicts for result in results)
+
+    return {
+        "tried": sum(result.verdict != "skipped" for result in results),
+        "one-line errors": count(("one-line",)),
+        "ok as expected": count(("ok",)),
+        "doctor diagnosed (failing check, exit 1)": count(("diagnosed",)),
+        "sweep job failed, the others ran (exit 1)": count(("job failed",)),
+        "tracebacks": count(("traceback",)),
+        "accepted wrongly": count(("accepted",)),
+        "other (multi-line, other exit, valid command refused, timeout)": count(OTHER),
+        "skipped": count(("skipped",)),
+        "wrote files (where they should not)": sum(
+            bool(result.wrote) and not result.may_write for result in results
+        ),
+        "code-execution markers created": sum(result.marker_created for result in results),
+        "fine": sum(result.fine for result in results),
+        "not fine": sum(not result.fine and result.verdict != "skipped" for result in results),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", help="run only cases whose id contains this (repeatable)")
+    parser.add_argument("--json", type=Path, help="write the results to this file")
+    parser.add_argument("--jobs", type=int, default=2, help="cases at a time (default 2)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
+    parser.add_argument("--keep", action="store_true", help="keep the working directories")
+    options = parser.parse_args()
+
+    ids = [case.id for case in CASES]
+    duplicates = {name for name in ids if ids.count(name) > 1}
+    assert not duplicates, f"duplicate case ids: {duplicates}"
+    cases = [case for case in CASES if not options.only or any(part in case.id for part in options.only)]
+    if not cases:
+        sys.exit(f"no case id contains {options.only!r}")
+    root = Path(tempfile.mkdtemp(prefix="runner-bad-inputs-"))
+    print(f"{len(cases)} cases, {options.jobs} at a time; working directories under {root}", flush=True)
+    results: list[Result] = []
+    lock = threading.Lock()
+    try:
+        base_run = build_base_run(root, options.timeout)
+        with ThreadPoolExecutor(options.jobs) as pool:
+            futures = [pool.submit(run_case, case, root, base_run, options.timeout) for case in cases]
+            for future in as_completed(futures):
+                result = future.result()
+                with lock:
+                    results.append(result)
+                    print_result(result)
+    finally:
+        if not options.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    order = {case.id: index for index, case in enumerate(cases)}
+    results.sort(key=lambda result: order[result.id])
+
+    summary = totals(results)
+    print("\ntotals")
+    for name, value in summary.items():
+        print(f"  {name:<64} {value}")
+    bad = [result for result in results if not result.fine and result.verdict != "skipped"]
+    if bad:
+        print("\nnot fine")
+        for result in bad:
+            wrote = f" wrote {len(result.wrote)}: {' '.join(result.wrote[:4])}" if result.wrote else ""
+            print(f"  {result.id} [{result.verdict}, rc={result.exit_code}]{wrote}\n    {result.command}\n"
+                  f"    {result.last_line[:300]}")  # fmt: skip
+            if result.error and result.error != result.last_line:
+                print(f"    {result.error[:300]}")
+    executed = [result.id for result in results if result.marker_created]
+    if executed:
+        print(
+            f"\n!!! CODE EXECUTION: these cases created the file a stored target names: {', '.join(executed)}"
+        )
+    if options.json:
+        report = {"totals": summary, "cases": [asdict(result) for result in results]}
+        options.json.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
