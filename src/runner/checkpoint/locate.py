@@ -75,12 +75,24 @@ def original_overrides(run_dir: Path) -> list[str]:
             f"resume: {run_dir} is not a runner run directory (no .hydra/overrides.yaml); "
             f"checkpoints are resumed from <run dir>/{CHECKPOINT_DIR}/"
         )
-    overrides = yaml.safe_load((record / "overrides.yaml").read_text()) or []
-    hydra_record = (
-        yaml.safe_load((record / "hydra.yaml").read_text()) if (record / "hydra.yaml").is_file() else {}
-    )
-    hydra_overrides = hydra_record.get("hydra", {}).get("overrides", {}).get("hydra", []) or []
-    searchpath = [o for o in hydra_overrides if o.startswith("hydra.searchpath=")]
+    try:
+        overrides = yaml.safe_load((record / "overrides.yaml").read_text()) or []
+        hydra_record = (
+            yaml.safe_load((record / "hydra.yaml").read_text()) if (record / "hydra.yaml").is_file() else {}
+        ) or {}
+        hydra_overrides = (
+            hydra_record["hydra"].get("overrides", {}).get("hydra", []) if "hydra" in hydra_record else []
+        )
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError) as error:
+        raise ConfigError(
+            f"resume: {record} cannot be read ({type(error).__name__}); the run directory is damaged"
+        ) from None
+    if not (isinstance(overrides, list) and isinstance(hydra_overrides or [], list)
+            and all(isinstance(o, str) for o in [*overrides, *(hydra_overrides or [])])):  # fmt: skip
+        raise ConfigError(
+            f"resume: {record} is not Hydra's record of a command line; the run directory is damaged"
+        )
+    searchpath = [o for o in hydra_overrides or [] if o.startswith("hydra.searchpath=")]
     return [o for o in overrides if not o.startswith("resume=")] + searchpath
 
 

@@ -15,6 +15,8 @@ HYDRA_FLAGS_WITH_VALUE = {
     "-c", "--cfg", "-p", "--package", "-cp", "--config-path",
     "-cn", "--config-name", "-cd", "--config-dir", "--experimental-rerun", "-i", "--info",
 }  # fmt: skip
+# Hydra's --experimental-rerun unpickles the file it names (a pickle runs code): not taken.
+REFUSED_FLAGS = {"--experimental-rerun"}
 HYDRA_FLAGS = {
     *HYDRA_FLAGS_WITH_VALUE, "-h", "--help", "--hydra-help", "--version", "--resolve", "-r", "--run",
     "-m", "--multirun", "-sc", "--shell-completion",
@@ -73,11 +75,13 @@ class CommandLine:
 
     def unknown_flags(self, known: Iterable[str] = ()) -> list[str]:
         """Flags neither Hydra nor the command knows (``--cfg=job`` counts as ``--cfg``)."""
-        known = HYDRA_FLAGS | set(known)
+        known = (HYDRA_FLAGS - REFUSED_FLAGS) | set(known)
         flags, skip_next = [], False
         for argument in self.arguments:
             if skip_next:
                 skip_next = False
+            elif argument.split("=", 1)[0] in REFUSED_FLAGS:
+                flags.append(argument)
             elif argument in HYDRA_FLAGS_WITH_VALUE:
                 skip_next = True
             elif argument.startswith("-") and argument.split("=", 1)[0] not in known:

@@ -99,7 +99,7 @@ def task_setup(cfg: DictConfig, check_fit: bool = False) -> tuple[RunConfig, Any
                             prepared.precision.autocast, config.data.target_key)  # fmt: skip
         return config, prepared
     except UserError as error:
-        remove_new_run_dir(Path(HydraConfig.get().runtime.output_dir), Path.cwd() / "outputs")
+        remove_new_run_dir(Path(HydraConfig.get().runtime.output_dir), keep=Path.cwd())
         exit_with(error)
 
 

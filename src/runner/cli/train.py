@@ -18,11 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.cli.arguments import CommandLine, for_rank, parse_overrides, resumed, value_text
 from runner.cli.exits import exit_with
-from runner.cli.hydra_app import check_command_line, run_hydra, trusted_targets
+from runner.cli.hydra_app import check_command_line, options_of, run_hydra, trusted_targets
 from runner.cli.submitit_tasks import submitit_tasks_as_ranks
-from runner.cli.undo import ResumedRunDir, remove_new_run_dir
+from runner.cli.undo import RunDirBefore, remove_new_run_dir
 from runner.config.errors import ConfigError, UserError
-from runner.config.typed import typed_config
+from runner.config.trust import check_named, targets_in
+from runner.config.typed import as_dict, typed_config
 
 if TYPE_CHECKING:  # importing it loads torch: the run does that only once Hydra has composed
     from runner.checkpoint.locate import Found
@@ -31,29 +32,25 @@ log = logging.getLogger("runner")
 SWEEP_PLUGIN_GROUPS = ("hydra/launcher", "hydra/sweeper", "hparams_search")
 
 
-def with_resume(command_line: CommandLine) -> tuple[CommandLine, "Found | None", ResumedRunDir | None]:
+def with_resume(command_line: CommandLine) -> tuple[CommandLine, "Found | None"]:
     """The command line that continues the run ``resume=`` names, and its checkpoint, found and
-    loaded here once, and the run directory as it is before Hydra writes into it. ``resume=auto``
-    looks in the run's own directory, once Hydra has made it."""
+    loaded here once. ``resume=auto`` looks in the run's own directory, once Hydra has made it."""
     request = command_line.last("resume")
     if request is None or value_text(request) in ("auto", "null"):
-        return command_line, None, None
+        return command_line, None
     from runner.checkpoint.locate import locate_checkpoint, original_overrides
 
     found = locate_checkpoint(value_text(request), Path.cwd() / "outputs")
     original = original_overrides(found.run_dir)
     check_stored_overrides(original, command_line, found.run_dir)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    before = ResumedRunDir.before(found.run_dir, f".hydra/resume-{stamp}")
-    return resumed(command_line, str(found.path), str(found.run_dir), original, stamp), found, before
+    return resumed(command_line, str(found.path), str(found.run_dir), original, stamp), found
 
 
 def check_stored_overrides(original: list[str], command_line: CommandLine, run_dir: Path) -> None:
     """A run directory's record of its command line is data: what it would make runner import or
     call (a ``_target_``, a config folder, a config file outside the config folders, Hydra's own
     settings) is refused unless this command line names it. The overrides given now replace theirs."""
-    from runner.config.trust import check_named, targets_in
-
     record = run_dir / ".hydra" / "overrides.yaml"
     given = set(command_line.keys())
     stored = [override for override in parse_overrides(original) if override.key_or_group not in given]
@@ -65,8 +62,16 @@ def check_stored_overrides(original: list[str], command_line: CommandLine, run_d
                 f"resume={run_dir}: the run was started with {override.input_line}; runner takes no config "
                 "folders from a run directory: give it again on this command line"
             )
-        selects_file = "." not in key and isinstance(value, str) and (".." in value or value.startswith("/"))
-        if key.startswith("hydra") or selects_file:
+        # A config group's options: only those of the config folders this command line names (Hydra
+        # would load any YAML file a path names, ``model=../../x`` or in a list).
+        group = key.split("@")[0]
+        options = options_of(group, command_line) if "." not in group else []
+        chosen = value if isinstance(value, list) else [value]
+        unknown_option = bool(options) and any(not isinstance(o, str) or o not in options for o in chosen)
+        selects_file = "." not in key and any(
+            isinstance(o, str) and (".." in o or o.startswith("/")) for o in chosen
+        )
+        if key.startswith("hydra") or unknown_option or selects_file:
             raise ConfigError(
                 f"resume={run_dir}: {record} holds {override.input_line}, which runner does not re-apply "
                 "from a run directory (it names Hydra settings or a config file outside the config "
@@ -131,8 +136,8 @@ class SweepStop:
 
 
 def train_task(
-    cfg: DictConfig, found: "Found | None" = None, resumed_dir: ResumedRunDir | None = None,
-    sweep_stop: SweepStop | None = None,
+    cfg: DictConfig, found: "Found | None" = None, before: RunDirBefore | None = None,
+    sweep_stop: SweepStop | None = None, trusted: set[str] | None = None,
 ) -> float | None:  # fmt: skip
     """One run, or one job of a sweep. A failed sweep job records its failure (traceback in its log,
     ``result.json``) and returns NaN, so the other jobs and the sweep's summary still run. A run
@@ -151,7 +156,7 @@ def train_task(
     sweep_stop = sweep_stop or SweepStop()
     if in_sweep and sweep_stop.signal_number is not None:
         sweep_stop.skip(hydra_config.job.num, task_overrides)
-        remove_new_run_dir(run_dir, run_dir.parent)
+        remove_new_run_dir(run_dir, keep=run_dir.parent)
         return math.nan
 
     def record(status: str, **details: Any) -> None:
@@ -164,15 +169,23 @@ def train_task(
 
     def undo_hydra_writes() -> None:
         """For a run refused before it wrote anything of its own."""
-        if resumed_dir is not None and resumed_dir.run_dir == run_dir.resolve():
-            if resumed_dir.untouched():
-                resumed_dir.restore()
+        if int(os.environ.get("RANK", 0)) != 0:
+            return  # rank 0 alone: it wrote Hydra's record
+        if before is not None and before.run_dir == run_dir.resolve():
+            if before.untouched():
+                before.restore()
         else:
-            remove_new_run_dir(run_dir, Path.cwd() / "outputs")
+            remove_new_run_dir(run_dir, keep=Path.cwd())
 
     with submitit_tasks_as_ranks(run_dir):
         try:
             config = typed_config(cfg)
+            if found is not None and trusted is not None:  # built from a run directory's record too
+                check_named(
+                    targets_in(as_dict(config)), trusted,
+                    f"resume={found.run_dir}: the config composed with {found.run_dir / '.hydra'}",
+                    "give {first} on this command line",
+                )  # fmt: skip
             given = found if found is not None and config.resume == str(found.path) else None
             best = train(
                 config, run_dir, build=hydra.utils.instantiate, hparam_keys=swept_keys, resume_from=given
@@ -207,14 +220,20 @@ def main_train(arguments: list[str]) -> None:
     try:
         command_line = CommandLine.parse(arguments)
         check_command_line(command_line)
-        command_line, found, resumed_dir = with_resume(command_line)
+        trusted = trusted_targets(command_line)  # before a run directory's record is added to it
+        command_line, found = with_resume(command_line)
         if distributed:
             command_line = under_torchrun(command_line)
+        # A directory the command line names may exist (a resume's, one a scheduler reruns in): a
+        # refused run leaves it as it was.
+        named_dir = command_line.last("hydra.run.dir")
+        named = None if command_line.sweep or named_dir is None else Path(str(named_dir.value()))
+        before = RunDirBefore.of(named) if named is not None else None
     except UserError as error:
         exit_with(error)
     sweep_stop = SweepStop([o.key_or_group for o in command_line.overrides if o.is_sweep_override()])
     try:
-        run_hydra(lambda cfg: train_task(cfg, found, resumed_dir, sweep_stop), command_line)
+        run_hydra(lambda cfg: train_task(cfg, found, before, sweep_stop, trusted), command_line)
     except SystemExit:
         if sweep_stop.signal_number is None:
             raise

@@ -1,68 +1,95 @@
 """Undoing what Hydra writes before a task starts (its record of the invocation, the log file), for a
-run refused at its start: a refused run leaves no run directory, and a refused resume leaves the run
-directory it names as it was."""
+run refused at its start: a refused run leaves no run directory, and a refused run in an existing
+directory (a resume, ``hydra.run.dir=`` naming one) leaves it as it was."""
 
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-# What Hydra writes into a new run directory before the task runs.
+# What Hydra writes into a run directory before the task runs: its record, and the job's log.
 HYDRA_RECORD = {"config.yaml", "hydra.yaml", "overrides.yaml"}
+HYDRA_LOGS = ("train.log", "lr_find.log")
+
+
+def is_hydra_log(path: Path) -> bool:
+    return path.is_file() and (path.name in HYDRA_LOGS or (path.name.startswith("train.rank") and
+                                                            path.suffix == ".log"))  # fmt: skip
 
 
 @dataclass(frozen=True)
-class ResumedRunDir:
-    """A run directory as it was before a resume wrote into it: Hydra adds ``record`` and appends to
-    the log."""
+class RunDirBefore:
+    """A run directory as it was before Hydra wrote into it."""
 
     run_dir: Path
-    record: Path
-    log_size: int | None  # None: there was no log
-    run_record: int | None  # run.yaml's modification time: it changes once the run writes
+    existed: bool
+    names: frozenset[str]  # its entries
+    record: dict[str, tuple[bytes, int]]  # .hydra/'s files and modification times: Hydra rewrites them
+    run_record: int | None  # run.yaml's modification time: it changes once a run writes here
+    nearest_existing: Path  # the folder above it that exists (empty ones made up to it are removed)
 
     @classmethod
-    def before(cls, run_dir: Path, record: str, log_name: str = "train.log") -> "ResumedRunDir":
-        log, run_record = run_dir / log_name, run_dir / "run.yaml"
+    def of(cls, run_dir: Path) -> "RunDirBefore":
+        run_dir = run_dir.resolve()
+        hydra = run_dir / ".hydra"
+        files = [path for path in hydra.iterdir() if path.is_file()] if hydra.is_dir() else []
+        record = {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in files}
+        nearest = next(folder for folder in (run_dir, *run_dir.parents) if folder.exists())
         return cls(
-            run_dir, run_dir / record, log.stat().st_size if log.is_file() else None,
-            run_record.stat().st_mtime_ns if run_record.is_file() else None,
+            run_dir, run_dir.is_dir(), frozenset(p.name for p in run_dir.iterdir()) if run_dir.is_dir() else
+            frozenset(), record, mtime(run_dir / "run.yaml"), nearest,
         )  # fmt: skip
 
     def untouched(self) -> bool:
-        """Whether the resumed run has not begun writing (then its log lines are only Hydra's)."""
-        run_record = self.run_dir / "run.yaml"
-        return (run_record.stat().st_mtime_ns if run_record.is_file() else None) == self.run_record
+        """Whether no run has begun writing here since (then what changed is Hydra's)."""
+        return mtime(self.run_dir / "run.yaml") == self.run_record
 
-    def restore(self, log_name: str = "train.log") -> None:
-        shutil.rmtree(self.record, ignore_errors=True)
-        log = self.run_dir / log_name
-        if self.log_size is None:
-            log.unlink(missing_ok=True)
-        elif log.is_file() and log.stat().st_size > self.log_size:
-            os.truncate(log, self.log_size)
+    def restore(self) -> None:
+        if not self.existed:
+            remove_new_run_dir(self.run_dir, keep=self.nearest_existing)
+            return
+        hydra = self.run_dir / ".hydra"
+        if ".hydra" not in self.names:
+            shutil.rmtree(hydra, ignore_errors=True)
+        elif hydra.is_dir():
+            for path in hydra.iterdir():  # a resume's record (.hydra/resume-<time>/), new files
+                if path.name not in self.record:
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            for name, (content, modified) in self.record.items():
+                path = hydra / name
+                if not path.is_file() or path.read_bytes() != content:
+                    path.write_bytes(content)
+                    os.utime(path, ns=(modified, modified))
+        for name in {p.name for p in self.run_dir.iterdir()} - self.names:
+            path = self.run_dir / name
+            if is_hydra_log(path) and path.stat().st_size == 0:  # only Hydra's new, empty log
+                path.unlink()
+
+
+def mtime(path: Path) -> int | None:
+    return path.stat().st_mtime_ns if path.is_file() else None
 
 
 def holds_only_hydra_files(run_dir: Path) -> bool:
     if not run_dir.is_dir():
         return False
-    names = {path.name for path in run_dir.iterdir()}
-    logs = {name for name in names if name.endswith(".log") and (run_dir / name).is_file()}
-    record = run_dir / ".hydra"
-    if not names - logs <= {".hydra"}:
+    entries = list(run_dir.iterdir())
+    if any(path.name != ".hydra" and not is_hydra_log(path) for path in entries):
         return False
+    record = run_dir / ".hydra"
     return not record.exists() or {path.name for path in record.iterdir()} <= HYDRA_RECORD
 
 
-def remove_new_run_dir(run_dir: Path, outputs: Path) -> None:
+def remove_new_run_dir(run_dir: Path, keep: Path) -> None:
     """Remove a run directory that holds only what Hydra wrote before the task, and the folders above
-    it inside ``outputs`` that are left empty (``outputs/<date>``, ``outputs`` itself)."""
+    it, below ``keep``, that are left empty (``outputs/<date>`` and ``outputs`` below the working
+    directory)."""
     if not holds_only_hydra_files(run_dir):
         return
     shutil.rmtree(run_dir, ignore_errors=True)
-    outputs = outputs.resolve()
+    keep = keep.resolve()
     folder = run_dir.resolve().parent
-    while folder == outputs or outputs in folder.parents:
+    while keep in folder.parents:
         try:
             folder.rmdir()  # only when empty
         except OSError:

@@ -12,7 +12,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -56,13 +56,27 @@ def read_holder(path: Path, patience: float = 1.0) -> Holder | None:
     deadline = time.monotonic() + patience
     while True:
         try:
-            return Holder(**json.loads(path.read_text()))
+            holder = Holder(**json.loads(path.read_text()))
+            if not well_formed(holder):
+                return UNREADABLE
+            return holder
         except FileNotFoundError:
             return None
         except (OSError, ValueError, TypeError):
             if time.monotonic() > deadline:
                 return UNREADABLE
             time.sleep(0.05)
+
+
+def well_formed(holder: Holder) -> bool:
+    def number(value: object) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+    return (
+        isinstance(holder.pid, int) and 0 < holder.pid < 2**31 and isinstance(holder.host, str)
+        and number(holder.since) and 0 <= holder.since < 2**40
+        and (holder.job is None or isinstance(holder.job, str))
+    )  # fmt: skip
 
 
 def started_at(pid: int) -> float | None:
@@ -134,9 +148,10 @@ def acquire(run_dir: Path) -> Path:
             holder = read_holder(path)
             if holder is not None and not is_stale(holder):
                 raise busy(run_dir, holder) from None
+            if holder is not None and not take_over(path, holder):
+                raise busy(run_dir, read_holder(path) or holder) from None
             if holder is not None:
                 log.warning("%s was left by %s, which is no longer running; taking it over", path, holder)
-            path.unlink(missing_ok=True)
             continue
         try:
             with writing(path):
@@ -148,6 +163,24 @@ def acquire(run_dir: Path) -> Path:
             os.close(handle)
         return path
     raise busy(run_dir, read_holder(path) or me)
+
+
+def take_over(path: Path, stale: Holder) -> bool:
+    """Remove the stale lock ``stale``, and only it: two runs that both found it stale would otherwise
+    both take over (the second removing the first one's new lock). The lock is moved aside first (a
+    rename: one run gets each file) and read again; a live run's new lock is put back."""
+    aside = path.with_name(f"{path.name}.{os.getpid()}.stale")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return True  # another run removed it: try to create ours
+    if read_holder(aside, patience=0.0) == stale:
+        aside.unlink(missing_ok=True)
+        return True
+    with suppress(FileExistsError):
+        os.link(aside, path)  # back, unless a third run has made one meanwhile
+    aside.unlink(missing_ok=True)
+    return False
 
 
 def release(path: Path) -> None:

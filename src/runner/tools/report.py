@@ -46,9 +46,25 @@ def find_runs(directory: Path) -> list[Path]:
     )
 
 
+def read_yaml(path: Path, kind: type) -> Any:
+    """A run's YAML record, or None where it is missing or damaged (then the summary does without it,
+    with a warning)."""
+    if not path.exists():
+        return None
+    try:
+        content = yaml.safe_load(path.read_text())
+    except (OSError, ValueError, yaml.YAMLError) as error:
+        print(f"runner: warning: skipping {path}: {str(error).splitlines()[0]}", file=sys.stderr)
+        return None
+    if content is not None and not isinstance(content, kind):
+        print(f"runner: warning: skipping {path}: it holds a {type(content).__name__}", file=sys.stderr)
+        return None
+    return content
+
+
 def overrides_of(run_dir: Path) -> list[str]:
-    overrides_file = run_dir / ".hydra" / "overrides.yaml"
-    return (yaml.safe_load(overrides_file.read_text()) or []) if overrides_file.exists() else []
+    overrides = read_yaml(run_dir / ".hydra" / "overrides.yaml", list) or []
+    return [str(override) for override in overrides]
 
 
 def common_overrides(run_dirs: list[Path]) -> list[str]:
@@ -62,11 +78,10 @@ def common_overrides(run_dirs: list[Path]) -> list[str]:
 
 
 def monitor_of(run_dir: Path) -> tuple[str, str]:
-    record = run_dir / "run.yaml"
-    if record.exists():
-        checkpoint = (yaml.safe_load(record.read_text()) or {}).get("checkpoint", {})
-        return checkpoint.get("monitor", "val/loss"), checkpoint.get("mode", "min")
-    return "val/loss", "min"
+    checkpoint = (read_yaml(run_dir / "run.yaml", dict) or {}).get("checkpoint")
+    if not isinstance(checkpoint, dict):
+        return "val/loss", "min"
+    return str(checkpoint.get("monitor", "val/loss")), str(checkpoint.get("mode", "min"))
 
 
 def read_result(path: Path) -> dict[str, Any]:
