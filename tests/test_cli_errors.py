@@ -53,7 +53,14 @@ pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
             "model: runner.models.mlp refused input_shape=[1, 8, 8], num_outputs=10, hidden=[0], ",
         ),
         ("model.dropout=-0.1", "dropout=-0.1 is not allowed; dropout must be a number in [0, 1)"),
-        ("optimizer.betas=[2,3]", "optimizer: torch.optim.Adam refused lr=0.001, betas=[2, 3]"),
+        (
+            "optimizer.betas=[2,3]",
+            "optimizer.betas=[2, 3] is not allowed; optimizer.betas must be two numbers in [0, 1)",
+        ),
+        (
+            "optimizer=sgd optimizer.nesterov=true",
+            "optimizer: torch.optim.SGD refused lr=0.01, momentum=0.0, ",
+        ),
         ("data.dataset.val_fraction=1.5", "val_fraction=1.5 is not allowed; it must be a number in (0, 1)"),
         (
             "device=cuda:99999999999999999999999",
@@ -67,7 +74,7 @@ def test_bad_value_is_one_clear_line(tmp_path, override, expected):
         if torch.cuda.is_available():
             pytest.skip("this machine has CUDA")
     run_dir = tmp_path / "run"
-    result = run_cli("train", override, f"hydra.run.dir={run_dir}", cwd=tmp_path, timeout=60)
+    result = run_cli("train", *override.split(" "), f"hydra.run.dir={run_dir}", cwd=tmp_path, timeout=60)
     assert result.returncode == 2, result.stderr
     error_lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert error_lines == [f"runner: error: {error_lines[0].removeprefix('runner: error: ')}"]

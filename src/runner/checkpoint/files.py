@@ -80,8 +80,10 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         if path.is_dir():
             inside = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
             raise CheckpointError(f"checkpoint {path} is a folder; give a file, such as {inside / 'best.pt'}")
-        if not path.is_file():
+        if not path.exists():
             raise CheckpointError(f"checkpoint {path} does not exist")
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint {path} is not a regular file; give a .pt file")
         if not looks_like_torch_save(path):
             raise CheckpointError(
                 f"checkpoint {path} is not a checkpoint file (torch.save writes a zip archive; this "

@@ -124,6 +124,18 @@ class RunConfig:
             "lr": Setting(number_above(0, inclusive=True), hparam=True),
             "weight_decay": Setting(number_above(0, inclusive=True), hparam=True),
             "momentum": Setting(number_above(0, inclusive=True)),
+            "betas": Setting(
+                Rule(
+                    "two numbers in [0, 1), such as [0.9, 0.999]",
+                    lambda v: (
+                        isinstance(v, list | tuple)
+                        and len(v) == 2
+                        and all(
+                            isinstance(b, int | float) and not isinstance(b, bool) and 0 <= b < 1 for b in v
+                        )
+                    ),
+                )
+            ),
             "fused": Setting(OPTIONAL_BOOLEAN),
             "foreach": Setting(OPTIONAL_BOOLEAN),
             # Parameters with no weight decay: names containing one of these; "norm" also takes
