@@ -77,13 +77,18 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
     check_cfg_flag(command_line)
 
 
-def options_of(group: str, command_line: CommandLine | None = None) -> list[str]:
-    """A config group's options: runner's, and those in the command line's ``hydra.searchpath``."""
+def config_folders(command_line: CommandLine | None) -> list[Path]:
+    """runner's config folder, and those on the command line's ``hydra.searchpath``."""
     from runner.config.trust import searchpath_folders
 
     searchpath = command_line.last("hydra.searchpath") if command_line else None
     entries = searchpath.value() if searchpath is not None else []
-    folders = [CONFIG_DIR, *searchpath_folders(entries if isinstance(entries, list) else [entries])]
+    return [CONFIG_DIR, *searchpath_folders(entries if isinstance(entries, list) else [entries])]
+
+
+def options_of(group: str, command_line: CommandLine | None = None) -> list[str]:
+    """A config group's options: runner's, and those in the command line's ``hydra.searchpath``."""
+    folders = config_folders(command_line)
     return sorted({path.stem for folder in folders for path in (folder / group).glob("*.yaml")})
 
 
@@ -101,11 +106,9 @@ def check_cfg_flag(command_line: CommandLine) -> None:
 def trusted_targets(command_line: CommandLine) -> set[str]:
     """The ``_target_``s this command line names: in runner's configs, in the config folders on its
     ``hydra.searchpath``, and in its overrides."""
-    from runner.config.trust import folder_targets, searchpath_folders, targets_in
+    from runner.config.trust import folder_targets, targets_in
 
-    searchpath = command_line.last("hydra.searchpath")
-    entries = searchpath.value() if searchpath is not None else []
-    folders = [CONFIG_DIR, *searchpath_folders(entries if isinstance(entries, list) else [entries])]
+    folders = config_folders(command_line)
     trusted = set().union(*(folder_targets(folder) for folder in folders))
     for override in command_line.overrides:
         if override.is_sweep_override():
