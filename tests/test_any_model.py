@@ -13,9 +13,10 @@ from conftest import composed, read_scalars
 from hydra.utils import instantiate
 
 from runner.checkpoint.files import load_checkpoint
+from runner.cli.hydra_app import CONFIG_DIR
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
-from runner.config.trust import targets_in
+from runner.config.trust import folder_targets, targets_in
 from runner.experiment.train import train
 from runner.tools.evaluation import evaluate_checkpoint
 from runner.training.batches import BatchError
@@ -24,8 +25,9 @@ PLUGIN = "any_model"
 
 
 def evaluate(path: Path, split: str = "val") -> dict[str, Any]:
-    """``eval`` of a checkpoint this test wrote: the test trusts the targets in it."""
-    trusted = {target for _, target in targets_in(load_checkpoint(path)["config"])}
+    """``eval`` of a checkpoint this test wrote: the test trusts the targets in it, and runner's own."""
+    stored = {target for _, target in targets_in(load_checkpoint(path)["config"])}
+    trusted = stored | folder_targets(CONFIG_DIR)
     return evaluate_checkpoint(path, "cpu", instantiate, split, trusted)
 
 
