@@ -220,7 +220,8 @@ def main_train(arguments: list[str]) -> None:
     try:
         command_line = CommandLine.parse(arguments)
         check_command_line(command_line)
-        trusted = trusted_targets(command_line)  # before a run directory's record is added to it
+        # What this command line names, before a run directory's record is added to it (a resume's).
+        trusted = trusted_targets(command_line) if command_line.last("resume") is not None else None
         command_line, found = with_resume(command_line)
         if distributed:
             command_line = under_torchrun(command_line)
