@@ -1,7 +1,7 @@
 """The command line, parsed once into one object. Rewrites (resume, torchrun) are pure functions over
 it that return a new one; nothing here reads or writes files or ``sys.argv``."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -37,17 +37,21 @@ def parse_overrides(texts: Sequence[str]) -> tuple[Override, ...]:
     return tuple(parsed)
 
 
-def override_texts(arguments: Sequence[str]) -> list[str]:
-    """The ``key=value`` overrides (and ``~key`` deletions) among Hydra's command-line arguments."""
-    overrides, skip_next = [], False
+def outside_flag_values(arguments: Iterable[str]) -> Iterator[str]:
+    """The arguments, less the values of Hydra's flags that take one (``job`` of ``--cfg job``)."""
+    skip_next = False
     for argument in arguments:
         if skip_next:
             skip_next = False
-        elif argument in HYDRA_FLAGS_WITH_VALUE:
-            skip_next = True
-        elif not argument.startswith("-") and ("=" in argument or argument.startswith("~")):
-            overrides.append(argument)
-    return overrides
+            continue
+        skip_next = argument in HYDRA_FLAGS_WITH_VALUE
+        yield argument
+
+
+def override_texts(arguments: Sequence[str]) -> list[str]:
+    """The ``key=value`` overrides (and ``~key`` deletions) among Hydra's command-line arguments."""
+    return [argument for argument in outside_flag_values(arguments)
+            if not argument.startswith("-") and ("=" in argument or argument.startswith("~"))]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -76,17 +80,8 @@ class CommandLine:
     def unknown_flags(self, known: Iterable[str] = ()) -> list[str]:
         """Flags neither Hydra nor the command knows (``--cfg=job`` counts as ``--cfg``)."""
         known = (HYDRA_FLAGS - REFUSED_FLAGS) | set(known)
-        flags, skip_next = [], False
-        for argument in self.arguments:
-            if skip_next:
-                skip_next = False
-            elif argument.split("=", 1)[0] in REFUSED_FLAGS:
-                flags.append(argument)
-            elif argument in HYDRA_FLAGS_WITH_VALUE:
-                skip_next = True
-            elif argument.startswith("-") and argument.split("=", 1)[0] not in known:
-                flags.append(argument)
-        return flags
+        return [argument for argument in outside_flag_values(self.arguments)
+                if argument.startswith("-") and argument.split("=", 1)[0] not in known]  # fmt: skip
 
     def keys(self) -> list[str]:
         return [override.key_or_group for override in self.overrides]

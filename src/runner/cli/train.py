@@ -32,9 +32,10 @@ log = logging.getLogger("runner")
 SWEEP_PLUGIN_GROUPS = ("hydra/launcher", "hydra/sweeper", "hparams_search")
 
 
-def with_resume(command_line: CommandLine) -> tuple[CommandLine, "Found | None"]:
+def with_resume(command_line: CommandLine, trusted: set[str]) -> tuple[CommandLine, "Found | None"]:
     """The command line that continues the run ``resume=`` names, and its checkpoint, found and
-    loaded here once. ``resume=auto`` looks in the run's own directory, once Hydra has made it."""
+    loaded here once. ``resume=auto`` looks in the run's own directory, once Hydra has made it.
+    ``trusted``: the targets this command line names."""
     request = command_line.last("resume")
     if request is None or value_text(request) in ("auto", "null"):
         return command_line, None
@@ -42,12 +43,14 @@ def with_resume(command_line: CommandLine) -> tuple[CommandLine, "Found | None"]
 
     found = locate_checkpoint(value_text(request), Path.cwd() / "outputs")
     original = original_overrides(found.run_dir)
-    check_stored_overrides(original, command_line, found.run_dir)
+    check_stored_overrides(original, command_line, found.run_dir, trusted)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     return resumed(command_line, str(found.path), str(found.run_dir), original, stamp), found
 
 
-def check_stored_overrides(original: list[str], command_line: CommandLine, run_dir: Path) -> None:
+def check_stored_overrides(
+    original: list[str], command_line: CommandLine, run_dir: Path, trusted: set[str]
+) -> None:
     """A run directory's record of its command line is data: what it would make runner import or
     call (a ``_target_``, a config folder, a config file outside the config folders, Hydra's own
     settings) is refused unless this command line names it. The overrides given now replace theirs."""
@@ -78,7 +81,7 @@ def check_stored_overrides(original: list[str], command_line: CommandLine, run_d
                 "folders); give it on this command line if you mean it"
             )
         named += [(key, str(value))] if key.endswith("_target_") else list(targets_in(value, key))
-    check_named(named, trusted_targets(command_line), f"resume={run_dir}: {record}",
+    check_named(named, trusted, f"resume={run_dir}: {record}",
                 "give {first} on this command line")  # fmt: skip
 
 
@@ -221,8 +224,8 @@ def main_train(arguments: list[str]) -> None:
         command_line = CommandLine.parse(arguments)
         check_command_line(command_line)
         # What this command line names, before a run directory's record is added to it (a resume's).
-        trusted = trusted_targets(command_line) if command_line.last("resume") is not None else None
-        command_line, found = with_resume(command_line)
+        trusted = trusted_targets(command_line) if command_line.last("resume") is not None else set()
+        command_line, found = with_resume(command_line, trusted)
         if distributed:
             command_line = under_torchrun(command_line)
         # A directory the command line names may exist (a resume's, one a scheduler reruns in): a
