@@ -6,7 +6,7 @@ from hydra import compose, initialize_config_dir
 from runner.cli.hydra_app import CONFIG_DIR
 from runner.config.checks import check_top_level_key, check_value
 from runner.config.errors import ConfigError
-from runner.config.schema import HPARAM_KEYS, resume_policy
+from runner.config.schema import resume_policy
 from runner.config.typed import typed_config
 
 
@@ -135,11 +135,3 @@ def test_the_sweep_callback_keeps_its_old_name():
 def test_what_a_resume_may_change_is_declared_in_the_schema(key, policy):
     """The model's settings are math like the rest: a changed dropout fits the saved weights."""
     assert resume_policy(key) == policy
-
-
-def test_the_hparams_are_declared_in_the_schema():
-    assert set(HPARAM_KEYS) == {
-        "optimizer._target_", "optimizer.lr", "optimizer.weight_decay", "data.batch_size", "accumulate",
-        "clip",
-        "precision", "seed", "model._target_", "optimizer.no_decay",
-    }  # fmt: skip

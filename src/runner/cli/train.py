@@ -154,7 +154,6 @@ def train_task(
     in_sweep = hydra_config.mode == RunMode.MULTIRUN
     # As written: an override may hold an interpolation that typed_config() names if it fails.
     task_overrides = OmegaConf.to_container(hydra_config.overrides.task, resolve=False)
-    swept_keys = [override.key_or_group for override in parse_overrides(task_overrides)]
     started = time.time()
     sweep_stop = sweep_stop or SweepStop()
     if in_sweep and sweep_stop.signal_number is not None:
@@ -190,9 +189,7 @@ def train_task(
                     "give {first} on this command line",
                 )  # fmt: skip
             given = found if found is not None and config.resume == str(found.path) else None
-            best = train(
-                config, run_dir, build=hydra.utils.instantiate, hparam_keys=swept_keys, resume_from=given
-            )
+            best = train(config, run_dir, build=hydra.utils.instantiate, resume_from=given)
         except SystemExit as error:
             if in_sweep and sweep_stop.stops(error, hydra_config):
                 return math.nan

@@ -55,7 +55,7 @@ class DataConfig:
     # Shape of one input and number of model outputs; model configs interpolate them.
     input_shape: list[int] = setting()
     num_outputs: int = setting()
-    batch_size: int = setting(32, rule=int_at_least(1), hparam=True)
+    batch_size: int = setting(32, rule=int_at_least(1))
     val_batch_size: int | None = setting(
         None, rule=int_at_least(1, nullable=True, null_means="data.batch_size"), resume="may_change"
     )
@@ -100,14 +100,13 @@ class RunConfig:
             "an integer in [0, 2**32), or null (draw one and record it)",
             lambda v: v is None or (is_int(v) and 0 <= v < 2**32),
         ),
-        hparam=True,
     )
     deterministic: bool = setting(False, rule=BOOLEAN)
-    precision: str = setting("fp32", rule=one_of(*PRECISIONS), hparam=True)
+    precision: str = setting("fp32", rule=one_of(*PRECISIONS))
     clip: float | None = setting(
-        1.0, rule=number_above(0, inclusive=False, nullable=True, null_means="no clipping"), hparam=True
+        1.0, rule=number_above(0, inclusive=False, nullable=True, null_means="no clipping")
     )
-    accumulate: int = setting(1, rule=int_at_least(1), hparam=True)
+    accumulate: int = setting(1, rule=int_at_least(1))
     # A non-finite gradient: stop before it is applied (raise), skip the step (skip), or no check (off).
     on_nonfinite: str = setting("raise", rule=one_of("raise", "skip", "off"))
     max_nonfinite_in_a_row: int = setting(5, rule=int_at_least(1))
@@ -117,12 +116,12 @@ class RunConfig:
     channels_last: bool = setting(False, rule=BOOLEAN)
     trainer: TrainerConfig = setting(TrainerConfig)
     data: DataConfig = setting(DataConfig)
-    model: Any = setting(keys={"_target_": Setting(hparam=True)})
+    model: Any = setting(keys={"_target_": Setting()})
     optimizer: Any = setting(
         keys={
-            "_target_": Setting(hparam=True),
-            "lr": Setting(number_above(0, inclusive=True), hparam=True),
-            "weight_decay": Setting(number_above(0, inclusive=True), hparam=True),
+            "_target_": Setting(),
+            "lr": Setting(number_above(0, inclusive=True)),
+            "weight_decay": Setting(number_above(0, inclusive=True)),
             "momentum": Setting(number_above(0, inclusive=True)),
             "betas": Setting(
                 Rule(
@@ -145,7 +144,6 @@ class RunConfig:
                     "a list of name parts",
                     lambda v: isinstance(v, list | tuple) and all(isinstance(x, str) for x in v),
                 ),
-                hparam=True,
             ),
         }
     )
@@ -186,7 +184,6 @@ class RunConfig:
 DEFAULT_METRICS = {"acc": {"_target_": "runner.training.metrics.Accuracy"}}
 SETTINGS: dict[str, Setting] = declared_settings(RunConfig)
 TOP_LEVEL_KEYS = frozenset(key.split(".")[0] for key in SETTINGS)
-HPARAM_KEYS = tuple(key for key, declared in SETTINGS.items() if declared.hparam)
 
 
 def resume_policy(key: str) -> str:

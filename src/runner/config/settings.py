@@ -25,7 +25,6 @@ class Rule:
 class Setting:
     rule: Rule | None = None
     resume: ResumePolicy = "same"
-    hparam: bool = False  # recorded for TensorBoard's HParams dashboard
 
 
 def setting(
@@ -33,12 +32,11 @@ def setting(
     *,
     rule: Rule | None = None,
     resume: ResumePolicy = "same",
-    hparam: bool = False,
     keys: Mapping[str, Setting] | None = None,
 ) -> Any:
     """A dataclass field carrying its :class:`Setting`. ``keys`` declares settings inside an open
     ``_target_`` mapping (``optimizer.lr``); a dataclass type as default makes a nested section."""
-    metadata = {"setting": Setting(rule, resume, hparam), "keys": dict(keys or {})}
+    metadata = {"setting": Setting(rule, resume), "keys": dict(keys or {})}
     if isinstance(default, type) and dataclasses.is_dataclass(default):
         return dataclasses.field(default_factory=default, metadata=metadata)
     if isinstance(default, list | dict):

@@ -6,7 +6,7 @@ Hydra-free (see ``setup.py``): the command line composes the config and hands it
 import logging
 import signal
 import statistics
-from collections.abc import Sequence
+import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,8 @@ from runner.checkpoint.durable import WriteError
 from runner.checkpoint.files import CHECKPOINT_DIR
 from runner.checkpoint.locate import Found, locate_checkpoint, own_checkpoint
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints, PeriodicCheckpointer
-from runner.config.errors import show
-from runner.config.schema import HPARAM_KEYS, RunConfig
-from runner.config.typed import as_dict, flatten
+from runner.config.schema import RunConfig
+from runner.config.typed import as_dict
 from runner.data.loading import StreamPosition, batches_per_epoch
 from runner.experiment.finish import Run, resume_advice
 from runner.experiment.lock import refuse_if_held, run_dir_lock
@@ -34,6 +33,7 @@ from runner.experiment.setup import (
     build_schedule,
     prepare,
 )
+from runner.observe.hparams import hparams_of, write_hparams
 from runner.observe.records import record_split, write_run_record
 from runner.observe.runplan import run_plan
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
@@ -78,17 +78,6 @@ def loop_settings(config: RunConfig, metrics: dict[str, Any] | None = None) -> L
     )
 
 
-def hparams_of(config: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
-    """The settings TensorBoard's HParams dashboard compares runs by: the schema's hyperparameters
-    and the keys a sweep varies."""
-    flat = flatten(config)
-    chosen = {}
-    for key in [*HPARAM_KEYS, *keys]:
-        value = flat.get(key)
-        chosen[key] = value if isinstance(value, int | float | str | bool) else show(value)
-    return chosen
-
-
 def checkpoint_to_resume(config: RunConfig, run_dir: Path, given: Found | None) -> Found | None:
     """A submitit job that finds a checkpoint in its own directory was requeued: it continues from
     there. Else the one the command line found (and loaded), or the one ``resume=`` names."""
@@ -105,13 +94,11 @@ def train(
     config: RunConfig,
     run_dir: Path,
     build: Build,
-    hparam_keys: Sequence[str] = (),
     resume_from: Found | None = None,
 ) -> float | None:
     """Run one experiment; return the best value of the monitored metric (what sweepers optimise).
 
-    ``hparam_keys``: settings recorded for TensorBoard's HParams dashboard besides the schema's
-    (a sweep passes the keys it varies). ``resume_from``: a checkpoint already found and loaded."""
+    ``resume_from``: a checkpoint already found and loaded."""
     process = from_environment()
     if process.is_main:
         refuse_if_held(run_dir)  # a run still writing there is named before anything is built
@@ -203,6 +190,8 @@ def train(
                 }
                 write_run_record(run_dir, plain_config, runtime)
                 record_split(run_dir, parts.train_set, parts.val_set, parts.test_set)
+                hparams, started = hparams_of(plain_config), time.time()
+                write_hparams(run_dir, hparams, started)  # a resume's replaces the interrupted run's
                 # Events past the checkpoint's step belong to the lost future of the interrupted run.
                 logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
                 if config.checkpoint.enabled:
@@ -213,11 +202,12 @@ def train(
                     })  # fmt: skip
             logger.log_text("run/plan", plan)
 
-            def log_hparams(state: TrainState) -> None:
-                log_final_hparams(logger, state, plain_config, hparam_keys, config.checkpoint.monitor)
+            def record_end(state: TrainState) -> None:
+                if process.is_main and state.stopped_by_signal is None:
+                    write_hparams(run_dir, hparams, started, finished=True)
 
             run = Run(learner, schedule, loaders, settings, callbacks, logger, checkpointer)
-            state, last, stop = run.to_the_end(state, log_hparams)
+            state, last, stop = run.to_the_end(state, record_end)
             run.close()
             report_end(state, checkpointer, last, run_dir, process)
             if state.stopped_by_signal is not None:
@@ -270,20 +260,6 @@ def make_checkpointer(
         policy.every_n_steps, policy.every_n_epochs, policy.keep_last, policy.save_best,
         before_save=logger.flush,
     )  # fmt: skip
-
-
-def log_final_hparams(
-    logger: MetricLogger, state: TrainState, config: dict[str, Any], keys: Sequence[str], monitor: str
-) -> None:
-    logger.log_hparams(
-        state.step,
-        hparams_of(config, keys),
-        {
-            f"hparams/best_{monitor.replace('/', '_')}": state.best_val,
-            "hparams/final_train_loss": state.last_train_loss,
-            **{f"hparams/final_{name.replace('/', '_')}": value for name, value in state.last_val.items()},
-        },
-    )
 
 
 def report_end(

@@ -6,7 +6,6 @@ The engine hands over device tensors; they are read (one host sync) only here, a
 import contextlib
 import itertools
 import logging
-import math
 import os
 import queue
 import socket
@@ -14,7 +13,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
@@ -45,15 +44,12 @@ class MetricLogger(Protocol):
 
     def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None: ...
     def log_text(self, tag: str, text: str) -> None: ...
-    def log_hparams(
-        self, step: int, hparams: Mapping[str, Any], metrics: Mapping[str, float | None]
-    ) -> None: ...
     def flush(self) -> None: ...
     def close(self) -> None: ...
 
 
 class TensorBoardLogger:
-    """Scalars, text and hparams of one run, in one real TensorBoard event file.
+    """Scalars and text of one run, in one real TensorBoard event file.
 
     A logged step costs the loop one list append: events are handed to the writer thread in batches
     (every ``batch_seconds``, and on flush and close), which frames and writes them. TensorBoard's own
@@ -135,16 +131,6 @@ class TensorBoardLogger:
         # Indented four spaces, TensorBoard's markdown shows the text as a code block, lines intact.
         self._add(Event(summary=text_summary(tag, "\n".join("    " + line for line in text.splitlines()))))
 
-    def log_hparams(self, step: int, hparams: Mapping[str, Any], metrics: Mapping[str, float | None]) -> None:
-        """Into this run itself, as TensorBoard's HParams dashboard reads them; missing metrics as NaN.
-        (Imported here: torch's summary module costs start-up, and hparams are written once, at the end.)"""
-        from torch.utils.tensorboard import summary
-
-        values = {name: math.nan if value is None else value for name, value in metrics.items()}
-        for hparams_summary in summary.hparams(dict(hparams), values):
-            self._add(Event(step=step, summary=hparams_summary))
-        self.log_scalars(step, values)
-
     def flush(self) -> None:
         """Everything logged so far is in the file when this returns, unless a write failed (``error``)."""
         self._hand_over()
@@ -173,9 +159,6 @@ class NullLogger:
         pass
 
     def log_text(self, tag: str, text: str) -> None:
-        pass
-
-    def log_hparams(self, step: int, hparams: Mapping[str, Any], metrics: Mapping[str, float | None]) -> None:
         pass
 
     def flush(self) -> None:

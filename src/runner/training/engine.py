@@ -180,6 +180,11 @@ def step_scalars(
     return scalars
 
 
+def best_tag(monitor: str) -> str:
+    """``val/loss`` -> ``val/loss_best``: the best value of the monitored metric so far."""
+    return f"{monitor}_best"
+
+
 def validate(
     learner: Learner,
     loader: DataLoader,
@@ -209,7 +214,9 @@ def validate(
     improved = improves(value, state.best_val, settings.monitor_mode)
     if improved:
         state.best_val, state.best_val_step = value, state.step
-    hooks.logger.log_scalars(state.step, state.last_val)
+    # The best so far as a series of its own: the number a sweep compares runs by (TensorBoard's
+    # HParams tab reads its last value), beside the curve it summarises.
+    hooks.logger.log_scalars(state.step, {**state.last_val, best_tag(settings.monitor): state.best_val})
     progress.report(state.epoch, state.step, {"train/loss": state.last_train_loss, **state.last_val})
     context.metrics.update(state.last_val)
     if on_cadence:
