@@ -262,8 +262,8 @@ def test_no_decay_groups_by_name_and_norm_layers_by_type(run, caplog):
     assert len(groups["decay"]["params"]) == 2 and len(groups["no_decay"]["params"]) == 4
     scalars = read_scalars(run_dir)
     assert scalars["train/lr/decay"] == scalars["train/lr/no_decay"] == scalars["train/lr"]
-    assert "decay: 2 tensors, 144 parameters, weight_decay 0.1; no_decay: 4 tensors, 51 parameters, " \
-           "weight_decay 0" in caplog.text  # fmt: skip
+    assert "  parameter groups decay: 2 tensors, 144 parameters, weight_decay 0.1\n" in caplog.text
+    assert "\n" + " " * 19 + "no_decay: 4 tensors, 51 parameters, weight_decay 0\n" in caplog.text
 
 
 # 6. Callbacks

@@ -88,6 +88,9 @@ def test_sigkill_at_a_random_step_then_resume_is_bit_identical(tmp_path, referen
     result = run_cli("train", f"resume={run_dir}", OWN_DATA, cwd=tmp_path, env=ENV)
     assert result.returncode == 0, result.stderr
     assert "resumed from" in result.stdout
+    # The plan names the run's overrides it took again (all but the one this command line gives).
+    plan = result.stdout.split("re-applied", 1)[1].split("run dir", 1)[0]
+    assert " ".join(plan.split()) == " ".join(o for o in SLOW_RUN if o != OWN_DATA)
     assert_same_run(run_dir, reference_run)
 
 

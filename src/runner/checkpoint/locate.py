@@ -16,6 +16,7 @@ from runner.config.errors import ConfigError
 class Found:
     path: Path
     checkpoint: dict[str, Any]
+    reapplied: tuple[str, ...] = ()  # the run's original overrides a resume takes again
 
     @property
     def run_dir(self) -> Path:

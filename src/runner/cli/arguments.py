@@ -112,18 +112,22 @@ def value_text(override: Override) -> str:
     return override.input_line.split("=", 1)[1]
 
 
+def reapplied(command_line: CommandLine, original: Sequence[str]) -> list[str]:
+    """The run's original overrides that a resume takes again: those the command line does not give."""
+    given = set(command_line.keys())
+    return [o.input_line for o in parse_overrides(original) if o.key_or_group not in given]
+
+
 def resumed(
     command_line: CommandLine, checkpoint: str, run_dir: str, original: Sequence[str], stamp: str
 ) -> CommandLine:
     """``resume=...`` continues the same run: same directory, and the run's original overrides under
     the ones given now. Hydra's record of this invocation goes to ``.hydra/resume-<stamp>``, so the
     original one is kept."""
-    given = set(command_line.keys())
     requests = [o.input_line for o in command_line.overrides if o.key_or_group == "resume"]
-    kept = [o.input_line for o in parse_overrides(original) if o.key_or_group not in given]
     return (
         command_line.without(*requests)
-        .plus(*kept, first=True)
+        .plus(*reapplied(command_line, original), first=True)
         .plus(
             f"resume={checkpoint}", f"hydra.run.dir={run_dir}", f"hydra.output_subdir=.hydra/resume-{stamp}"
         )

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from runner.cli.arguments import CommandLine, for_rank, parse_overrides, resumed, value_text
+from runner.cli.arguments import CommandLine, for_rank, parse_overrides, reapplied, resumed, value_text
 from runner.cli.exits import exit_with
 from runner.cli.hydra_app import check_command_line, options_of, run_hydra, trusted_targets
 from runner.cli.submitit_tasks import submitit_tasks_as_ranks
@@ -45,6 +45,7 @@ def with_resume(command_line: CommandLine, trusted: set[str]) -> tuple[CommandLi
     original = original_overrides(found.run_dir)
     check_stored_overrides(original, command_line, found.run_dir, trusted)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    found = replace(found, reapplied=tuple(reapplied(command_line, original)))
     return resumed(command_line, str(found.path), str(found.run_dir), original, stamp), found
 
 

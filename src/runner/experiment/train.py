@@ -35,7 +35,7 @@ from runner.experiment.setup import (
 )
 from runner.observe.hparams import hparams_of, write_hparams
 from runner.observe.records import record_split, write_run_record
-from runner.observe.runplan import run_plan
+from runner.observe.runplan import Built, run_plan
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
 from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job
@@ -167,10 +167,10 @@ def train(
 
     # Everything is built and loaded, and the data fits: from here on the run writes into its directory.
     resumed_from = f"{found.path} (step {state.step}, epoch {state.epoch})" if found else None
-    plan = run_plan(
-        config, device, precision, seed, total_steps, per_epoch, run_dir, resumed_from, speed.notes,
-        process.world_size, optimizer, parts.train_set,
-    )  # fmt: skip
+    plan = run_plan(config, Built(
+        device, precision, seed, model, optimizer, parts.loss_fn, parts.train_set, parts.val_set, total_steps,
+        per_epoch, run_dir, speed.notes, process.world_size, resumed_from, found.reapplied if found else (),
+    ))  # fmt: skip
     log.info(plan)
     logger: MetricLogger = NullLogger()
     checkpointer: Checkpointer = NoCheckpoints()

@@ -1,38 +1,93 @@
-"""The run plan: what a run is about to do, printed at its start and kept in TensorBoard."""
+"""The run plan: what a run is about to do, printed at its start and kept in TensorBoard.
 
+It answers what a person checks first (which model, how many parameters, how much data, which
+optimizer, schedule and loss), then how the run will go. Rows stay within 100 characters; a row that
+says nothing on this device is left out.
+"""
+
+import inspect
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from runner.checkpoint.files import CHECKPOINT_DIR
 from runner.config.errors import show
 from runner.config.schema import CheckpointConfig, RunConfig
+from runner.training.batches import ModelLoss
 from runner.training.precision import Precision
 
-
-def checkpoint_plan(policy: CheckpointConfig, run_dir: Path) -> str:
-    if not policy.enabled:
-        return "none (checkpoint.enabled=false: a stopped run cannot be resumed)"
-    cadences = (("step", policy.every_n_steps), ("epoch", policy.every_n_epochs))
-    cadence = [
-        f"every {unit}" if every == 1 else f"every {every} {unit}s" for unit, every in cadences if every
-    ]
-    best = f", best.pt on {policy.monitor} ({policy.mode})" if policy.save_best else ""
-    return (
-        f"{' and '.join(cadence) or 'no periodic saves'} (newest {policy.keep_last} kept){best}, "
-        f"last.pt at the end -> {run_dir / CHECKPOINT_DIR}"
-    )
+WIDTH = 100
+NAME_WIDTH = 16
+UNWRAPPED = {"resumed from", "run dir", "watch"}  # a path or a command, copied whole
 
 
-def parameter_groups(optimizer: torch.optim.Optimizer) -> str:
+@dataclass
+class Built:
+    """What the run built and decided, for its plan."""
+
+    device: torch.device
+    precision: Precision
+    seed: int
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: Callable
+    train_set: Any
+    val_set: Any
+    total_steps: int
+    steps_per_epoch: int | None  # None: the data is a stream
+    run_dir: Path
+    speed_notes: list[str]
+    world_size: int = 1
+    resumed_from: str | None = None
+    reapplied: Sequence[str] = ()  # a resume's overrides taken again from the run's record
+
+
+def named(thing: Any, target: str | None) -> str:
+    """``Sequential (runner.models.mlp)``: the class built, and the ``_target_`` that built it when
+    that says more."""
+    name = thing.__name__ if inspect.isroutine(thing) else type(thing).__name__
+    return name if not target or target.rsplit(".", 1)[-1] == name else f"{name} ({target})"
+
+
+def model_plan(model: torch.nn.Module, target: str | None, world_size: int) -> str:
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    trainable_part = "all trainable" if trainable == total else f"{trainable:,} trainable"
+    counts = f"{total:,} parameters, {trainable_part}"
+    per_rank = " (a whole copy on each process)" if world_size > 1 else ""
+    return f"{named(model, target)}: {counts}{per_rank}"
+
+
+def samples(dataset: Any) -> str:
+    return f"{len(dataset):,}" if hasattr(dataset, "__len__") else f"a stream ({type(dataset).__name__})"
+
+
+def data_plan(built: Built) -> str:
+    sizes = f"{samples(built.train_set)} train, {samples(built.val_set)} validation samples"
+    per_epoch = (
+        f"{built.steps_per_epoch:,} optimizer steps per epoch" if built.steps_per_epoch is not None
+        else "epochs are passes over the stream"
+    )  # fmt: skip
+    return f"{sizes}; {per_epoch}"
+
+
+def optimizer_plan(optimizer: torch.optim.Optimizer, target: str | None) -> str:
+    first = optimizer.param_groups[0]
+    decay = f", weight decay {first['weight_decay']:g}" if "weight_decay" in first else ""
+    return f"{named(optimizer, target)}, lr {first['lr']:g}{decay}"
+
+
+def parameter_groups(optimizer: torch.optim.Optimizer) -> list[str]:
     """Each group's tensors and parameters, and its weight decay: what ``optimizer.no_decay`` did."""
     groups = []
     for index, group in enumerate(optimizer.param_groups):
         tensors, count = len(group["params"]), sum(p.numel() for p in group["params"])
         decay = f", weight_decay {group['weight_decay']:g}" if "weight_decay" in group else ""
         groups.append(f"{group.get('name', index)}: {tensors} tensors, {count:,} parameters{decay}")
-    return "; ".join(groups)
+    return groups
 
 
 def schedule_plan(scheduler: dict[str, Any]) -> str:
@@ -45,49 +100,73 @@ def schedule_plan(scheduler: dict[str, Any]) -> str:
     return f"{scheduler['_target_']}, per {'optimizer step' if interval == 'step' else 'epoch'}"
 
 
-def run_plan(
-    config: RunConfig,
-    device: torch.device,
-    precision: Precision,
-    seed: int,
-    total_steps: int,
-    steps_per_epoch: int,
-    run_dir: Path,
-    resumed_from: str | None,
-    speed_notes: list[str],
-    world_size: int = 1,
-    optimizer: torch.optim.Optimizer | None = None,
-    train_set: Any = None,
-) -> str:
-    batch_size, accumulate = config.data.batch_size, config.accumulate
-    precision_line = precision.used
+def checkpoint_plan(policy: CheckpointConfig) -> str:
+    if not policy.enabled:
+        return "none (checkpoint.enabled=false: a stopped run cannot be resumed)"
+    cadences = (("step", policy.every_n_steps), ("epoch", policy.every_n_epochs))
+    cadence = [
+        f"every {unit}" if every == 1 else f"every {every} {unit}s" for unit, every in cadences if every
+    ]
+    best = f", best.pt on {policy.monitor} ({policy.mode})" if policy.save_best else ""
+    return f"{' and '.join(cadence) or 'no periodic saves'} (newest {policy.keep_last} kept){best}, last.pt"
+
+
+def loss_plan(loss_fn: Callable, loss: dict[str, Any]) -> str:
+    if isinstance(loss_fn, ModelLoss):
+        return "the model's own (loss=from_model)"
+    return named(loss_fn, loss.get("_target_"))
+
+
+def precision_plan(precision: Precision) -> str:
     if precision.fallback_reason:
-        precision_line += f" (requested {precision.requested}: {precision.fallback_reason})"
-    clip = config.clip
-    per_epoch = (
-        f"{steps_per_epoch} per epoch" if steps_per_epoch is not None
-        else f"the data is a stream ({type(train_set).__name__}): epochs are passes over it"
-    )  # fmt: skip
+        return f"{precision.used} (requested {precision.requested}: {precision.fallback_reason})"
+    return precision.used
+
+
+def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]]:
+    batch_size, accumulate, world_size = config.data.batch_size, config.accumulate, built.world_size
     limits = f"max_steps={show(config.trainer.max_steps)}, max_epochs={show(config.trainer.max_epochs)}"
-    rows = [
-        ("device", str(device)),
-        ("precision", precision_line),
-        ("seed", str(seed) + (" (drawn)" if config.seed is None else "")),
+    groups = parameter_groups(built.optimizer)
+    return [
+        ("model", model_plan(built.model, config.model.get("_target_"), world_size)),
+        ("data", data_plan(built)),
+        ("loss", loss_plan(built.loss_fn, config.loss)),
+        ("optimizer", optimizer_plan(built.optimizer, config.optimizer.get("_target_"))),
+        *([("parameter groups", groups)] if len(groups) > 1 else []),
+        ("schedule", schedule_plan(config.scheduler)),
+        ("device", str(built.device)),
+        ("precision", precision_plan(built.precision)),
+        ("seed", str(built.seed) + (" (drawn)" if config.seed is None else "")),
         (
             "effective batch",
             f"{batch_size * accumulate * world_size} = {batch_size} (data.batch_size) x "
             f"{accumulate} (accumulate) x {world_size} (world size)",
         ),
-        ("optimizer steps", f"{total_steps} planned ({per_epoch}; {limits})"),
-        *([("parameter groups", parameter_groups(optimizer))] if optimizer is not None else []),
-        ("schedule", schedule_plan(config.scheduler)),
+        ("optimizer steps", f"{built.total_steps:,} planned ({limits})"),
         *([("metrics", ", ".join(f"val/{name}" for name in config.metrics))] if config.metrics else []),
         *([("callbacks", ", ".join(config.callbacks))] if config.callbacks else []),
-        ("clip", f"max grad norm {clip:g}, after backward" if clip else "off (norms still logged)"),
-        ("checkpoints", checkpoint_plan(config.checkpoint, run_dir)),
-        ("speed", "; ".join(speed_notes)),
-        *([("resumed from", resumed_from)] if resumed_from else []),
-        ("run dir", str(run_dir)),
-        ("watch", f"tensorboard --logdir {run_dir}"),
+        ("clip", f"max grad norm {config.clip:g}, after backward" if config.clip else "off (norms logged)"),
+        ("checkpoints", checkpoint_plan(config.checkpoint)),
+        *([("speed", "; ".join(built.speed_notes))] if built.speed_notes else []),
+        *([("resumed from", built.resumed_from)] if built.resumed_from else []),
+        *([("re-applied", " ".join(built.reapplied))] if built.reapplied else []),
+        ("run dir", str(built.run_dir)),
+        ("watch", f"tensorboard --logdir {built.run_dir}"),
     ]
-    return "run plan\n" + "\n".join(f"  {name:<16} {value}" for name, value in rows)
+
+
+def run_plan(config: RunConfig, built: Built) -> str:
+    """The plan as text: one row per item, long values wrapped at spaces under their column (not
+    paths and commands, which are copied whole)."""
+    lines = ["run plan"]
+    width = WIDTH - NAME_WIDTH - 3
+    for name, value in rows_of(config, built):
+        parts = value if isinstance(value, list) else [value]
+        if name in UNWRAPPED:
+            wrapped = parts
+        else:
+            wrapped = [line for part in parts for line in textwrap.wrap(
+                part, width, break_long_words=False, break_on_hyphens=False) or [""]]  # fmt: skip
+        lines.append(f"  {name:<{NAME_WIDTH}} {wrapped[0]}")
+        lines += [" " * (NAME_WIDTH + 3) + line for line in wrapped[1:]]
+    return "\n".join(lines)

@@ -21,18 +21,17 @@ def has_conv(model: nn.Module) -> bool:
 def apply_speed_settings(
     model: nn.Module, device: torch.device, tf32: bool, channels_last: bool, compile_model: bool
 ) -> SpeedPlan:
+    # What applies on this device, and what was asked for but cannot apply: not CUDA-only settings
+    # that are off on a CPU, as they are by default.
     notes = []
     if device.type == "cuda":
         notes.append("pinned memory, non-blocking copies")
-    else:
-        notes.append(f"pinned memory and non-blocking copies: CUDA only, off on {device.type}")
-
     if tf32 and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
         notes.append("tf32 matmuls")
-    elif tf32:
-        notes.append("tf32: needs a CUDA GPU of compute capability 8.0 or newer, off here")
+    elif tf32 and device.type == "cuda":
+        notes.append("tf32: needs a GPU of compute capability 8.0 or newer, off on this one")
 
     use_channels_last = channels_last and has_conv(model)
     if use_channels_last:

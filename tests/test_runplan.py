@@ -1,0 +1,64 @@
+"""The run plan answers what a person checks first, in rows that fit a terminal."""
+
+import re
+
+import torch
+from conftest import TINY
+
+from runner.observe.runplan import WIDTH
+
+
+def plan_of(caplog) -> dict[str, str]:
+    """The plan's rows by name, continuation lines joined."""
+    text = caplog.text.split("run plan\n", 1)[1]
+    rows: dict[str, str] = {}
+    name = ""
+    for line in text.splitlines():
+        if not line.startswith("  "):
+            break
+        if line[2] != " ":
+            name, value = line[2:18].strip(), line[19:]
+            rows[name] = value
+        else:
+            rows[name] += "\n" + line.strip()
+    return rows
+
+
+def test_the_plan_names_model_data_optimizer_schedule_and_loss(train_here, caplog):
+    run_dir = train_here(*TINY, "optimizer=adamw", "optimizer.lr=0.003", "optimizer.weight_decay=0.05",
+                         "model.hidden=[32]", "scheduler=cosine")  # fmt: skip
+    rows = plan_of(caplog)
+    weights = torch.load(run_dir / "checkpoints" / "last.pt")["model_state_dict"]
+    count = sum(tensor.numel() for tensor in weights.values())
+    assert rows["model"] == f"Sequential (runner.models.mlp): {count:,} parameters, all trainable"
+    assert rows["data"] == "64 train, 32 validation samples; 4 optimizer steps per epoch"
+    assert rows["optimizer"] == "AdamW, lr 0.003, weight decay 0.05"
+    assert rows["loss"] == "CrossEntropyLoss"
+    assert rows["schedule"].startswith("cosine")
+    assert "parameter groups" not in rows  # one group: the optimizer row says it all
+    if not torch.cuda.is_available():
+        assert "speed" not in rows  # nothing applies on a CPU by default: no row of "off" notes
+    assert rows["checkpoints"] == "every epoch (newest 2 kept), best.pt on val/loss (min), last.pt"
+
+
+def test_rows_fit_in_100_characters_wrapping_at_spaces(train_here, caplog):
+    """A long value (a resume's overrides, the parameter groups) continues under its column; paths
+    and the TensorBoard command stay whole on their line."""
+    run_dir = train_here(
+        "model=cnn", "channels_last=true", "+optimizer.no_decay=[bias,norm]", "trainer.max_steps=2"
+    )
+    text = caplog.text.split("run plan\n", 1)[1]
+    lines = [line for line in text.splitlines() if line.startswith("  ")]
+    for line in lines:
+        assert len(line) <= WIDTH or line.split()[0] in ("run", "watch", "resumed"), line
+    assert f"  watch            tensorboard --logdir {run_dir}\n" in text
+    assert re.search(r"\n {19}\S", text)  # the groups: one per line, under the value column
+
+
+def test_a_trainable_count_is_shown_when_parts_are_frozen():
+    from runner.observe import runplan
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    model[0].requires_grad_(False)
+    assert runplan.model_plan(model, None, 1) == "Sequential: 23 parameters, 8 trainable"
+    assert runplan.model_plan(model, "my.models.build", 2).endswith("(a whole copy on each process)")
