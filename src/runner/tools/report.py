@@ -1,34 +1,68 @@
 """Summaries of runs and sweeps, rebuilt from what each run left on disk: TensorBoard events,
-``.hydra/overrides.yaml``, ``run.yaml`` and ``result.json``. Works on interrupted sweeps too."""
+``.hydra/overrides.yaml``, ``run.yaml`` and ``result.json``. Works on interrupted sweeps too.
+
+A sweep's table and plot name each job by its swept settings only (the overrides whose value differs
+between jobs); what every job shares is said once above the table."""
 
 import csv
 import json
 import logging
 import math
+import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator, ScalarEvent
 
 from runner.observe.records import RESULT_FILE
 
+if TYPE_CHECKING:  # matplotlib is optional (the sweeps extra) and slow to import
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
 logging.getLogger("tensorboard").setLevel(logging.WARNING)  # its event reader chats at INFO
+
+DIGITS = 4  # significant digits of every number a summary shows
+
+
+@dataclass
+class JobFiles:
+    """What one job left on disk, each file read once (a damaged one warns once)."""
+
+    directory: Path
+    overrides: dict[str, str]
+    record: dict[str, Any]
+    result: dict[str, Any]
+    scalars: dict[str, list[ScalarEvent]]
 
 
 @dataclass
 class RunSummary:
     name: str
-    overrides: str
+    overrides: dict[str, str]  # key -> value, as given on the command line (and in overrides.yaml)
     status: str
     best: float | None
     best_step: int | None
-    final_train_loss: float | None
+    finals: dict[str, float]  # the last value of each val/* metric and of train/loss
     steps: int
     wall_seconds: float | None
+    effective_batch_size: int | None
     curve: list[tuple[int, float]] = field(default_factory=list)  # the monitored metric per step
+
+
+@dataclass
+class Sweep:
+    """A sweep (or a single run) as its summary shows it."""
+
+    runs: list[RunSummary]  # best first
+    swept: list[str]  # the keys whose values differ between the jobs
+    common: list[str]  # the overrides every job shares, ``key=value``
+    monitor: str
+    mode: str
 
 
 def has_events(directory: Path) -> bool:
@@ -62,28 +96,6 @@ def read_yaml(path: Path, kind: type) -> Any:
     return content
 
 
-def overrides_of(run_dir: Path) -> list[str]:
-    overrides = read_yaml(run_dir / ".hydra" / "overrides.yaml", list) or []
-    return [str(override) for override in overrides]
-
-
-def common_overrides(run_dirs: list[Path]) -> list[str]:
-    """Overrides every job shares; the table shows each job's others (what the sweep varies)."""
-    if len(run_dirs) < 2:
-        return []
-    shared = set(overrides_of(run_dirs[0]))
-    for run_dir in run_dirs[1:]:
-        shared &= set(overrides_of(run_dir))
-    return [override for override in overrides_of(run_dirs[0]) if override in shared]
-
-
-def monitor_of(run_dir: Path) -> tuple[str, str]:
-    checkpoint = (read_yaml(run_dir / "run.yaml", dict) or {}).get("checkpoint")
-    if not isinstance(checkpoint, dict):
-        return "val/loss", "min"
-    return str(checkpoint.get("monitor", "val/loss")), str(checkpoint.get("mode", "min"))
-
-
 def read_result(path: Path) -> dict[str, Any]:
     """A run's ``result.json``. A damaged one (a full disk once left 0 bytes) is skipped with a
     warning, and the run is summarised from its events."""
@@ -100,32 +112,118 @@ def read_result(path: Path) -> dict[str, Any]:
     return result
 
 
-def summarise_run(run_dir: Path, monitor: str, mode: str) -> RunSummary:
-    scalars: dict[str, list[Any]] = {}
-    if has_events(run_dir):
-        accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-        accumulator.Reload()
-        scalars = {tag: accumulator.Scalars(tag) for tag in accumulator.Tags()["scalars"]}
-    curve = [(event.step, event.value) for event in scalars.get(monitor, [])]
+def split_override(override: str) -> tuple[str, str]:
+    """``key=value`` as (key, value); ``+key``/``++key`` name the same key, ``~key`` removes it."""
+    key, _, value = override.partition("=")
+    if key.startswith("~"):
+        return key.lstrip("~"), "removed"
+    return key.lstrip("+"), value
+
+
+def overrides_of(run_dir: Path) -> dict[str, str]:
+    overrides = read_yaml(run_dir / ".hydra" / "overrides.yaml", list) or []
+    return dict(split_override(str(override)) for override in overrides)
+
+
+def read_scalars(run_dir: Path) -> dict[str, list[ScalarEvent]]:
+    if not has_events(run_dir):
+        return {}
+    accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return {tag: accumulator.Scalars(tag) for tag in accumulator.Tags()["scalars"]}
+
+
+def read_job(run_dir: Path) -> JobFiles:
+    """Every record of a job, read once, so a damaged file warns once."""
+    return JobFiles(
+        directory=run_dir,
+        overrides=overrides_of(run_dir),
+        record=read_yaml(run_dir / "run.yaml", dict) or {},
+        result=read_result(run_dir / RESULT_FILE),
+        scalars=read_scalars(run_dir),
+    )
+
+
+def significant(value: float) -> str:
+    """``value`` to 4 significant digits, without an exponent for large numbers (12350, not 1.235e+04)."""
+    text = f"{value:.{DIGITS}g}"
+    if "e+" in text and abs(value) < 1e15:
+        return str(int(float(text)))
+    return text
+
+
+def rounded(value: str) -> str:
+    """An override's value with a float rounded to 4 significant digits (Optuna proposes 17); integers,
+    words and lists as given."""
+    try:
+        int(value)
+        return value
+    except ValueError:
+        pass
+    try:
+        return significant(float(value))
+    except ValueError:
+        return value
+
+
+def swept_keys(jobs: list[JobFiles]) -> list[str]:
+    """The keys whose value differs between the jobs (or that some jobs leave out), in command-line
+    order: what tells the jobs apart."""
+    keys = list(dict.fromkeys(key for job in jobs for key in job.overrides))
+    return [key for key in keys if len({job.overrides.get(key) for job in jobs}) > 1]
+
+
+def common_overrides(jobs: list[JobFiles], swept: list[str]) -> list[str]:
+    """The overrides every job shares, rounded as the table rounds them."""
+    if not jobs:
+        return []
+    return [f"{key}={rounded(value)}" for key, value in jobs[0].overrides.items() if key not in swept]
+
+
+def monitor_of(jobs: list[JobFiles]) -> tuple[str, str]:
+    """The metric the jobs rank by, from the first job whose ``run.yaml`` names it."""
+    for job in jobs:
+        checkpoint = job.record.get("checkpoint")
+        if isinstance(checkpoint, dict):
+            return str(checkpoint.get("monitor", "val/loss")), str(checkpoint.get("mode", "min"))
+    return "val/loss", "min"
+
+
+def effective_batch_of(job: JobFiles) -> int | None:
+    """Samples per optimizer step (batch x accumulate x world size), as the run resolved it."""
+    runtime = job.record.get("runtime")
+    size = runtime.get("effective_batch_size") if isinstance(runtime, dict) else None
+    return size if isinstance(size, int) and size > 0 else None
+
+
+def final_values(scalars: dict[str, list[ScalarEvent]], monitor: str) -> dict[str, float]:
+    """The last value of every ``val/*`` metric, and of ``train/loss``; not the running best of the
+    monitored metric (``val/loss_best``, engine.best_tag), which the best column already shows."""
+    running_best = f"{monitor}_best"
+    tags = [tag for tag in scalars if (tag.startswith("val/") or tag == "train/loss") and tag != running_best]
+    return {tag: scalars[tag][-1].value for tag in tags if scalars[tag]}
+
+
+def summarise_run(job: JobFiles, monitor: str, mode: str) -> RunSummary:
+    curve = [(event.step, event.value) for event in job.scalars.get(monitor, [])]
     finite = [(step, value) for step, value in curve if math.isfinite(value)]
     best_step, best = (None, None)
     if finite:
         best_step, best = (min if mode == "min" else max)(finite, key=lambda point: point[1])
-    train_loss = scalars.get("train/loss", [])
-    all_events = [event for events in scalars.values() for event in events]
-    result = read_result(run_dir / RESULT_FILE)
-    wall = result.get("wall_seconds")
+    all_events = [event for events in job.scalars.values() for event in events]
+    wall = job.result.get("wall_seconds")
     if wall is None and all_events:
         wall = max(e.wall_time for e in all_events) - min(e.wall_time for e in all_events)
     return RunSummary(
-        name=run_dir.name,
-        overrides=" ".join(overrides_of(run_dir)),
-        status=result.get("status", "incomplete"),
+        name=job.directory.name,
+        overrides=job.overrides,
+        status=job.result.get("status", "incomplete"),
         best=best,
         best_step=best_step,
-        final_train_loss=train_loss[-1].value if train_loss else None,
+        finals=final_values(job.scalars, monitor),
         steps=max((event.step for event in all_events), default=0),
         wall_seconds=wall,
+        effective_batch_size=effective_batch_of(job),
         curve=curve,
     )
 
@@ -145,56 +243,142 @@ def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return significant(value)
     return str(value)
 
 
-COLUMNS = ("job", "overrides", "best", "best_step", "final_train_loss", "steps", "wall_seconds", "status")
+def column_name(metric: str) -> str:
+    """A metric as a plain CSV column name: ``val/loss`` -> ``val_loss``."""
+    return re.sub(r"[^0-9A-Za-z_.]+", "_", metric)
 
 
-def rows(runs: list[RunSummary]) -> list[list[str]]:
+@dataclass(frozen=True)
+class Column:
+    csv: str
+    markdown: str | None  # None: in the CSV only (the Markdown says it once, above the table)
+    value: Callable[[RunSummary], Any]
+
+
+def columns(sweep: Sweep) -> list[Column]:
+    """job, status, one column per swept key, the best monitored value and its step, the final
+    metrics, steps and wall time."""
+    monitor, mode = sweep.monitor, sweep.mode
+    tags = sorted({tag for run in sweep.runs for tag in run.finals if tag.startswith("val/")})
+    if any("train/loss" in run.finals for run in sweep.runs):
+        tags.append("train/loss")
     return [
-        [
-            _cell(v)
-            for v in (
-                r.name,
-                r.overrides,
-                r.best,
-                r.best_step,
-                r.final_train_loss,
-                r.steps,
-                r.wall_seconds,
-                r.status,
-            )
-        ]
-        for r in runs
+        Column("job", "job", lambda run: run.name),
+        Column("status", "status", lambda run: run.status),
+        *(Column(key, key, lambda run, key=key: rounded(run.overrides.get(key, ""))) for key in sweep.swept),
+        Column(f"best_{column_name(monitor)}", f"best {monitor} ({mode})", lambda run: run.best),
+        Column("mode", None, lambda run: mode),
+        Column("step_of_best", "step of best", lambda run: run.best_step),
+        *(Column(f"final_{column_name(t)}", f"final {t}", lambda run, t=t: run.finals.get(t)) for t in tags),
+        Column("steps", "steps", lambda run: run.steps),
+        Column("wall_seconds", "wall seconds", lambda run: run.wall_seconds),
     ]
+
+
+def write_csv(path: Path, runs: list[RunSummary], table: list[Column]) -> None:
+    """The table for programs: plain column names, Unix line ends, a final newline."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow([column.csv for column in table])
+        writer.writerows([_cell(column.value(run)) for column in table] for run in runs)
+
+
+def markdown(sweep: Sweep, table: list[Column]) -> str:
+    """The table for people: what ranks the jobs and what they share said once, above it."""
+    shown = [column for column in table if column.markdown is not None]
+    several = len(sweep.runs) > 1
+    lines = [f"Best first by {sweep.monitor} ({better(sweep.mode)} is better)."] if several else []
+    if sweep.common:
+        lines.append(f"{'Common to every job' if several else 'Overrides'}: `{' '.join(sweep.common)}`")
+    lines += [
+        "",
+        "| " + " | ".join(str(column.markdown) for column in shown) + " |",
+        "|" + " --- |" * len(shown),
+    ]
+    for run in sweep.runs:
+        cells = [_cell(column.value(run)).replace("|", "\\|") for column in shown]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def better(mode: str) -> str:
+    return "lower" if mode == "min" else "higher"
+
+
+def summarise(directory: Path) -> Sweep:
+    """The sweep (or run) in ``directory``, read from its files."""
+    run_dirs = find_runs(directory)
+    if not run_dirs:
+        raise FileNotFoundError(f"{directory} holds no runner run or sweep")
+    jobs = [read_job(run_dir) for run_dir in run_dirs]
+    monitor, mode = monitor_of(jobs)
+    runs = ranked([summarise_run(job, monitor, mode) for job in jobs], mode)
+    swept = swept_keys(jobs)
+    return Sweep(runs, swept, common_overrides(jobs, swept), monitor, mode)
 
 
 def write_summary(directory: Path) -> list[RunSummary]:
     """``summary.csv``, ``summary.md`` and ``summary.png`` in ``directory``; returns the ranked runs."""
-    run_dirs = find_runs(directory)
-    if not run_dirs:
-        raise FileNotFoundError(f"{directory} holds no runner run or sweep")
-    monitor, mode = monitor_of(run_dirs[0])
-    runs = ranked([summarise_run(run_dir, monitor, mode) for run_dir in run_dirs], mode)
-    common = common_overrides(run_dirs)
-    for run in runs:
-        run.overrides = " ".join(o for o in run.overrides.split(" ") if o and o not in common)
-    header = [*COLUMNS[:2], f"best {monitor} ({mode})", *COLUMNS[3:]]
-    with open(directory / "summary.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        writer.writerows(rows(runs))
-    lines = [f"Common to every job: `{' '.join(common)}`", ""] if common else []
-    lines += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows(runs)]
-    (directory / "summary.md").write_text("\n".join(lines) + "\n")
-    plot_curves(directory / "summary.png", runs, monitor, mode)
-    return runs
+    sweep = summarise(directory)
+    table = columns(sweep)
+    write_csv(directory / "summary.csv", sweep.runs, table)
+    (directory / "summary.md").write_text(markdown(sweep, table))
+    plot_curves(directory / "summary.png", sweep)
+    return sweep.runs
 
 
-def plot_curves(path: Path, runs: list[RunSummary], monitor: str, mode: str) -> None:
+def x_axis(runs: list[RunSummary]) -> tuple[Callable[[RunSummary, int], float], str]:
+    """Samples seen where the jobs' effective batch sizes differ (a step of a batch-64 job sees twice
+    the data of a batch-32 one), else optimizer steps; with the axis label that says which."""
+    sizes = {run.effective_batch_size for run in runs if run.curve}
+    if len(sizes) > 1 and None not in sizes:
+        return (
+            lambda run, step: step * (run.effective_batch_size or 1),
+            "samples seen (optimizer steps x effective batch size)",
+        )
+    label = "optimizer step"
+    if len(sizes) == 1 and None not in sizes:
+        label += f" (effective batch size {next(iter(sizes))}{' in every job' if len(runs) > 1 else ''})"
+    return (lambda run, step: step), label
+
+
+def legend_label(run: RunSummary, swept: list[str]) -> str:
+    """``3: optimizer.lr=0.009541, data.batch_size=32``: what tells this job apart, and whether it ended."""
+    settings = ", ".join(f"{key}={rounded(run.overrides[key])}" for key in swept if key in run.overrides)
+    label = f"{run.name}: {settings}" if settings else run.name
+    return label + (f" ({run.status})" if run.status != "ok" else "")
+
+
+def line_styles(count: int) -> list[tuple[Any, str]]:
+    """A colour and line style per job, best first: ten strong colours, then their light shades dashed,
+    so neighbours in the ranking never share a hue."""
+    from matplotlib import colormaps
+
+    if count <= 10:
+        return [(color, "-") for color in colormaps["tab10"].colors[:count]]
+    shades = colormaps["tab20"].colors
+    styles = [(color, "-") for color in shades[0::2]] + [(color, "--") for color in shades[1::2]]
+    return [styles[index % len(styles)] for index in range(count)]
+
+
+def wide_range(values: list[float]) -> bool:
+    """Positive values over more than a factor of 10 (a slow job beside fast ones): a log axis keeps the
+    good jobs apart at the bottom."""
+    finite = [value for value in values if math.isfinite(value)]
+    return bool(finite) and min(finite) > 0 and max(finite) > 10 * min(finite)
+
+
+def best_label(best: RunSummary, monitor: str, several: bool) -> str:
+    job = f"job {best.name}, " if several else ""
+    return f"best: {job}{monitor} {_cell(best.best)} at step {best.best_step}"
+
+
+def plot_curves(path: Path, sweep: Sweep) -> None:
+    """``summary.png``: the curves of ``draw_curves``, the image sized to hold its legend."""
     try:
         import matplotlib
     except ImportError:
@@ -206,25 +390,55 @@ def plot_curves(path: Path, runs: list[RunSummary], monitor: str, mode: str) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(8, 5))
-    for run in runs:
-        if run.curve:
-            steps, values = zip(*run.curve, strict=True)
-            label = f"{run.name}: {run.overrides}" if run.overrides else run.name
-            axes.plot(
-                steps, values, marker=".", label=label[:60] + (" (failed)" if run.status == "failed" else "")
-            )
-    best = runs[0] if runs and runs[0].best is not None else None
-    if best is not None:
-        axes.plot(
-            [best.best_step], [best.best], marker="*", markersize=18, color="gold", markeredgecolor="black",
-            linestyle="none", label=f"best: job {best.name}, {monitor} {best.best:.4g}",
-        )  # fmt: skip
-    axes.set_xlabel("optimizer step")
-    axes.set_ylabel(monitor)
-    axes.set_title(f"{monitor} per job ({mode} is best)")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    figure = draw_curves(sweep)
+    figure.savefig(path, dpi=110, bbox_inches="tight")  # tight: the image grows to hold the legend
     plt.close(figure)
+
+
+def draw_curves(sweep: Sweep) -> "Figure":
+    """The monitored metric of every job over training, best job marked; the legend (beside the plot,
+    best first) names each job by its swept settings."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import EngFormatter
+
+    runs, swept, monitor = sweep.runs, sweep.swept, sweep.monitor
+    plotted = [run for run in runs if run.curve]
+    x_of, x_label = x_axis(plotted)
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    handles = []
+    for index, (run, (color, style)) in enumerate(zip(plotted, line_styles(len(plotted)), strict=True)):
+        xs = [x_of(run, step) for step, _ in run.curve]
+        values = [value for _, value in run.curve]
+        (line,) = axes.plot(xs, values, style, marker="o", markersize=4, color=color,
+                            zorder=3 + len(plotted) - index, label=legend_label(run, swept))  # fmt: skip
+        handles.append(line)
+    best = runs[0] if runs and runs[0].best is not None and runs[0].best_step is not None else None
+    if best is not None and best.best_step is not None:
+        (star,) = axes.plot(
+            [x_of(best, best.best_step)], [best.best], marker="*", markersize=16, color="gold",
+            markeredgecolor="black", linestyle="none", zorder=4 + len(plotted),
+            label=best_label(best, monitor, len(runs) > 1),
+        )  # fmt: skip
+        handles.insert(0, star)
+    if wide_range([value for run in plotted for _, value in run.curve]):
+        log_scale(axes)
+    axes.xaxis.set_major_formatter(EngFormatter(sep=""))
+    axes.set_xlabel(x_label)
+    axes.set_ylabel(monitor + (" (log scale)" if axes.get_yscale() == "log" else ""))
+    axes.set_title(f"{monitor}{' per job' if len(runs) > 1 else ''} ({better(sweep.mode)} is better)")
+    axes.grid(alpha=0.3, which="both")
+    if handles:
+        title = "job: swept settings (best first)" if swept else "job"
+        axes.legend(handles=handles, title=title, fontsize=8, title_fontsize=8,
+                    loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)  # fmt: skip
+    return figure
+
+
+def log_scale(axes: "Axes") -> None:
+    """A log y axis labelled with plain values (0.1 0.2 0.5 1 2) rather than powers of ten."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axes.set_yscale("log")
+    axes.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axes.yaxis.set_minor_formatter(NullFormatter())
