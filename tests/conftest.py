@@ -14,6 +14,7 @@ from runner.cli.hydra_app import CONFIG_DIR
 from runner.config.schema import RunConfig
 from runner.config.typed import typed_config
 from runner.experiment.train import train
+from runner.observe.hparams import HPARAMS_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGINS = REPO / "tests" / "plugins"
@@ -59,6 +60,11 @@ def run_example(name: str, *overrides: str, run_dir: Path):
         "train", f"hydra.searchpath=[file://examples/{name}/conf]", f"+experiment={name}", *overrides,
         f"hydra.run.dir={run_dir}", cwd=REPO, env={"PYTHONPATH": f"examples/{name}"},
     )  # fmt: skip
+
+
+def event_files(run_dir: Path) -> list[Path]:
+    """The run's event files of scalars and text (not its hparams record)."""
+    return [path for path in run_dir.glob("events.out.tfevents.*") if path.name != HPARAMS_FILE]
 
 
 def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:

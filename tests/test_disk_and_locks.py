@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PLUGINS, TINY, read_scalars, run_cli
+from conftest import PLUGINS, TINY, event_files, read_scalars, run_cli
 
 from runner.checkpoint.durable import WriteError, writing
 from runner.experiment.lock import LOCK_FILE, RunDirBusy
@@ -236,7 +236,7 @@ def test_a_tensorboard_write_failure_stops_at_the_next_step_and_saves(tmp_path, 
     assert result.returncode == 2, result.stderr
     line = one_error_line(result)
     last = run_dir / "checkpoints" / "last.pt"
-    (events,) = run_dir.glob("events.out.tfevents.*")
+    (events,) = event_files(run_dir)
     assert line == (
         f"runner: error: cannot write {events}: File too large; the last good checkpoint is {last} "
         f"(resume with: python -m runner train resume={run_dir} once there is space)"
@@ -399,7 +399,7 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_ones_lock_is_
         assert result.returncode == 2, result.stderr
         assert one_error_line(result).startswith(f"runner: error: {holder}")
     assert first.poll() is None  # still training, undisturbed
-    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
+    assert len(event_files(run_dir)) == 1
 
     first.send_signal(signal.SIGTERM)
     first.communicate(timeout=60)
