@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -24,6 +25,7 @@ from runner.cli.undo import RunDirBefore, remove_new_run_dir
 from runner.config.errors import ConfigError, UserError
 from runner.config.trust import check_named, targets_in
 from runner.config.typed import as_dict, typed_config
+from runner.observe.console import IN_LOG_FILE_ONLY, job_ended, job_started, shown_path, sweep_job_console
 
 if TYPE_CHECKING:  # importing it loads torch: the run does that only once Hydra has composed
     from runner.checkpoint.locate import Found
@@ -139,6 +141,20 @@ class SweepStop:
         raise SystemExit(128 + self.signal_number)
 
 
+def jobs_in_this_process(hydra_config: Any) -> bool:
+    """Whether the sweep's launcher runs its jobs one after another in this process (Hydra's basic
+    launcher): then a job may draw a progress bar."""
+    return "BasicLauncher" in str(hydra_config.launcher.get("_target_", ""))
+
+
+def swept_overrides(task_overrides: list[str], swept: list[str], sweeper: Any) -> str:
+    """A sweep job's overrides as its console lines name the job: those the sweep varies (the command
+    line's swept keys, a sweeper's ``params``); all of them when none is known."""
+    keys = {*swept, *(sweeper.get("params") or {})}
+    varied = [o.input_line for o in parse_overrides(task_overrides) if o.key_or_group in keys]
+    return " ".join(varied or task_overrides) or "(no overrides)"
+
+
 def train_task(
     cfg: DictConfig, found: "Found | None" = None, before: RunDirBefore | None = None,
     sweep_stop: SweepStop | None = None, trusted: set[str] | None = None,
@@ -180,7 +196,12 @@ def train_task(
         else:
             remove_new_run_dir(run_dir, keep=Path.cwd())
 
-    with submitit_tasks_as_ranks(run_dir):
+    console = (
+        sweep_job_console(hydra_config.job.num, jobs_in_this_process(hydra_config)) if in_sweep else None
+    )
+    with console or nullcontext(), submitit_tasks_as_ranks(run_dir):
+        if in_sweep:
+            job_started(swept_overrides(task_overrides, sweep_stop.swept, hydra_config.sweeper))
         try:
             config = typed_config(cfg)
             if found is not None and trusted is not None:  # built from a run directory's record too
@@ -193,26 +214,37 @@ def train_task(
             best = train(config, run_dir, build=hydra.utils.instantiate, resume_from=given)
         except SystemExit as error:
             if in_sweep and sweep_stop.stops(error, hydra_config):
+                stopped_by = signal.Signals(sweep_stop.signal_number).name
+                job_ended("stopped", time.time() - started, f"by {stopped_by}", logging.WARNING)
                 return math.nan
             raise
         except NothingToTrain as done:
             undo_hydra_writes()
-            print(f"runner: {done}", file=sys.stderr)
+            if in_sweep:
+                job_ended("skipped", time.time() - started, str(done))
+            else:
+                print(f"runner: {done}", file=sys.stderr)
             return None
         except UserError as error:
             if not in_sweep:
                 undo_hydra_writes()
                 exit_with(error)
             record("failed", error=str(error))
-            log.error("job failed: %s", error)
+            job_ended("failed", time.time() - started, str(error), logging.ERROR)
             return math.nan
         except Exception as error:
             record("failed", error=f"{type(error).__name__}: {error}")
             if not in_sweep:
                 raise
-            log.exception("job failed")
+            log.exception("job failed", extra=IN_LOG_FILE_ONLY)  # the end line names the error
+            log_file = shown_path(run_dir / f"{hydra_config.job.name}.log")
+            summary = f"{type(error).__name__}: {error}".splitlines()[0]
+            job_ended("failed", time.time() - started, f"{summary} (traceback in {log_file})", logging.ERROR)
             return math.nan
         record("ok", best=best)
+        if in_sweep:
+            value = "n/a (no validation)" if best is None else f"{best:.4g}"
+            job_ended("ok", time.time() - started, f"best {config.checkpoint.monitor} {value}")
         return best
 
 
