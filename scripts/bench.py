@@ -1,4 +1,5 @@
-"""Benchmark: runner's engine against a hand-written loop straight from the seed's template.
+"""Benchmark: runner's engine against a plain hand-written training loop
+(zero_grad, forward, loss, backward, clip, step) doing the same work.
 
     python scripts/bench.py                      # every workload, 5 paired repeats
     python scripts/bench.py --repeats 3 --workloads tiny

@@ -1,5 +1,6 @@
-"""The hand-written loop the benchmark compares runner with: the seed's template (plus accumulation
-and TensorBoard logging of loss and grad norm every step), on the same data runner's built-ins make.
+"""The hand-written loop the benchmark compares runner with: zero_grad, forward, loss,
+backward, clip, step (plus accumulation and TensorBoard logging of loss and grad norm every step),
+on the same data runner's built-ins make.
 
     python scripts/raw_loop.py RUN_DIR FEATURES HIDDEN OUTPUTS TASK ACCUMULATE STEPS
 """

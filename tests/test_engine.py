@@ -1,4 +1,4 @@
-"""The engine's math equals the seed's hand-written template, on tiny models with fixed seeds."""
+"""The engine's math equals a hand-written training loop, on tiny models with fixed seeds."""
 
 import copy
 import itertools
@@ -59,7 +59,7 @@ def run_engine(dataset, model, optimizer_name, batch_size, accumulate, clip, log
 
 
 def run_template(dataset, model, optimizer_name, batch_size, accumulate, clip, epochs=2):
-    """Straight from the seed's template, with the usual ``loss / accumulate`` accumulation."""
+    """A plain hand-written training loop, with the usual ``loss / accumulate`` accumulation."""
     optimizer = make_optimizer(optimizer_name, model)
     loss_fn = nn.MSELoss()
     train_loader = DataLoader(dataset, batch_size=batch_size, shuffle=False)

@@ -172,3 +172,42 @@ def test_a_finished_run_logs_every_tag(train_here):
     assert [step for step, _ in scalars["train/loss"]] == [1, 2, 3, 4]
     assert all(value <= 1.0 + 1e-5 for _, value in scalars["train/grad_norm_clipped"])
     assert all(math.isfinite(value) for _, value in scalars["train/loss"])
+
+
+def precision_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "runner.training.precision"]
+
+
+@pytest.mark.parametrize("bf16_works", [True, False])
+def test_amp_fallback_names_bf16_exactly_where_bf16_autocast_works(bf16_works, monkeypatch, caplog):
+    """On a machine without CUDA, precision=amp falls back to fp32 in one warning line that points to
+    precision=bf16 where that runs (this CPU), and says nothing of bf16 where it would fall back too."""
+    from runner.training import precision
+
+    monkeypatch.setattr(precision, "bf16_supported", lambda device: bf16_works)
+    resolved = precision.resolve_precision("amp", torch.device("cpu"))
+    (warning,) = precision_warnings(caplog)
+    assert resolved.used == "fp32" and "this run uses fp32" in warning
+    if bf16_works:
+        assert "precision=bf16" in warning
+    else:
+        assert "bf16" not in warning
+    caplog.clear()  # a bf16 request runs, or falls back itself without pointing to bf16
+    assert precision.resolve_precision("bf16", torch.device("cpu")).used == ("bf16" if bf16_works else "fp32")
+    assert [line for line in precision_warnings(caplog) if "precision=bf16 gives" in line] == []
+
+
+def test_the_bf16_an_amp_fallback_suggests_runs_in_bf16_here(train_here, caplog, tmp_path):
+    """The suggestion is one that works: where the amp warning names precision=bf16, a run with it
+    trains under bf16 autocast, with no fallback."""
+    from runner.training.precision import bf16_supported
+
+    train_here(*TINY, "precision=amp", "trainer.max_steps=1")
+    (warning,) = precision_warnings(caplog)
+    suggested = "precision=bf16" in warning
+    assert suggested is bf16_supported(torch.device("cpu"))
+    if suggested:
+        caplog.clear()
+        run_dir = train_here(*TINY, "precision=bf16", "trainer.max_steps=1", run_dir=tmp_path / "bf16")
+        assert precision_warnings(caplog) == []
+        assert yaml.safe_load((run_dir / "run.yaml").read_text())["runtime"]["precision_used"] == "bf16"

@@ -27,7 +27,7 @@ def mlp(
 ) -> nn.Sequential:
     """Flatten, then Linear+ReLU(+Dropout when ``dropout > 0``) per hidden width, then a Linear head.
 
-    With ``input_shape=[10], hidden=[20], num_outputs=1`` it is exactly the template's
+    With ``input_shape=[10], hidden=[20], num_outputs=1`` it is exactly the gradient-clipping experiment's
     ``Sequential(Linear(10, 20), ReLU(), Linear(20, 1))`` (same parameter creation order, so the
     same initial weights under the same seed); ``Flatten`` has no parameters.
     """

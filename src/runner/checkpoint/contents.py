@@ -1,4 +1,4 @@
-"""What a checkpoint holds: the template's keys (``model_state_dict``, ``optimizer_state_dict``,
+"""What a checkpoint holds: the usual keys (``model_state_dict``, ``optimizer_state_dict``,
 ``epoch``, ``best_val``) plus everything an exact resume needs, and how it is put back."""
 
 import random
@@ -75,7 +75,7 @@ def check_loadable(value: Any, where: str) -> None:
 
 @dataclass
 class Stateful:
-    """The live objects whose state dicts a checkpoint holds, under the template's key names."""
+    """The live objects whose state dicts a checkpoint holds, under the usual key names."""
 
     model: torch.nn.Module  # the plain module, never a DDP or compiled wrapper: its keys stay plain
     optimizer: torch.optim.Optimizer

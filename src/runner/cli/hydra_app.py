@@ -146,8 +146,15 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
     line each. Once the task runs, errors from the user's code are shown as Hydra shows them.
 
     Hydra composes the config twice per invocation, the first time only to read ``hydra.mode``
-    (about 0.1-0.2 s here): upstream issue facebookresearch/hydra#3440. Left as it is."""
+    (about 0.1-0.2 s here): upstream issue facebookresearch/hydra#3440. Left as it is.
+
+    Where stderr is not a terminal (a file, a pipe, a scheduler's log), ``NO_COLOR`` is set while
+    Hydra runs: the Optuna sweeper's log handler (colorlog) writes colour codes otherwise, even into
+    files; colorlog, optuna and most tools honour that variable (no-color.org)."""
     preset = os.environ.get("HYDRA_FULL_ERROR")
+    preset_no_color = os.environ.get("NO_COLOR")
+    if not (sys.stderr and sys.stderr.isatty()):
+        os.environ["NO_COLOR"] = "1"
     started = False
 
     @functools.wraps(task)  # Hydra names the job (and its log file) after the task's module
@@ -179,6 +186,7 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
         ))  # fmt: skip
     finally:
         restore_environment("HYDRA_FULL_ERROR", preset)
+        restore_environment("NO_COLOR", preset_no_color)
 
 
 def restore_environment(name: str, value: str | None) -> None:

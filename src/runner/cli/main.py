@@ -6,11 +6,15 @@ import sys
 USAGE = """usage: python -m runner COMMAND [key=value ...] [hydra flags]
 
 commands:
-  train    train the configured experiment (python -m runner train --help for the config)
-  eval     validation metrics of a checkpoint: python -m runner eval ckpt=FILE [device=cpu]
-  report   summary table and plot of a sweep or run: python -m runner report DIR
-  doctor   the debugging checklist, checked: python -m runner doctor [key=value ...] [--json]
+  train    train the configured experiment: python -m runner train [key=value ...]
+  eval     metrics of a checkpoint: python -m runner eval ckpt=FILE [split=val|test] [device=cpu]
+  report   summary table and plot of a sweep or a run: python -m runner report DIR
+  doctor   the debugging checklist's 8 checks on what train would build, writing nothing:
+           python -m runner doctor [key=value ...] [--json]
   lr_find  learning-rate range test: python -m runner lr_find [key=value ...]
+
+python -m runner COMMAND --help shows a command's help (for train, doctor and lr_find: the config
+groups and every setting with its default).
 """
 COMMANDS = {  # command: (module, function); imported only when run, so --help stays instant
     "train": ("runner.cli.train", "main_train"),

@@ -19,9 +19,29 @@ from runner.config.schema import RunConfig
 from runner.config.typed import typed_config
 
 log = logging.getLogger("runner")
-# doctor writes nothing: no run directory, no record, no log file.
+# doctor writes nothing: no run directory, no record, no log file. Its name heads its --help.
 WRITE_NOTHING = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled",
-                 "hydra/hydra_logging=disabled")  # fmt: skip
+                 "hydra/hydra_logging=disabled", "hydra.job.name=doctor")  # fmt: skip
+HELP_FLAGS = ("-h", "--help")
+EVAL_HELP = """usage: python -m runner eval ckpt=FILE [split=val|test] [device=auto|cpu|cuda|cuda:N|mps]
+                            [allow_targets=TARGET[,TARGET...]]
+
+Metrics of a checkpoint (val/loss and every configured metric) on the validation split, or with
+split=test on the test split the data set returns third. The model and data are rebuilt from the
+config stored in the checkpoint; with ema, the averaged weights are evaluated. Writes nothing.
+
+  ckpt=FILE            a checkpoint, e.g. outputs/<date>/<time>-<suffix>/checkpoints/best.pt
+  split=val|test       which split (default val)
+  device=...           where to evaluate (default auto: cuda, else mps, else cpu)
+  allow_targets=A,B    _target_s of your own code the stored config may build (runner's own are
+                       always allowed); your code must be importable (PYTHONPATH)
+"""
+REPORT_HELP = """usage: python -m runner report DIR
+
+Rebuilds summary.csv, summary.md and summary.png in DIR from the files its runs wrote: DIR is a
+sweep directory (outputs/multirun/<date>/<time>-<suffix>, one row per job; unfinished jobs show as
+incomplete) or a single run directory. Prints the table.
+"""
 LR_FIND_DIR = "hydra.run.dir=outputs/lr_find/${now:%Y-%m-%d}/${now:%H-%M-%S}-${unique_suffix:}"
 
 
@@ -29,6 +49,9 @@ def main_eval(arguments: list[str]) -> None:
     """``python -m runner eval ckpt=FILE [split=val|test] [device=...] [allow_targets=A,B]``: a
     checkpoint's metrics on the validation (or test) split, with the model and data rebuilt from the
     config stored in it: from runner's own ``_target_``s, and those ``allow_targets`` names."""
+    if any(argument in HELP_FLAGS for argument in arguments):
+        print(EVAL_HELP, end="")
+        raise SystemExit(0)
     from runner.config.trust import folder_targets
     from runner.tools.evaluation import SPLITS, evaluate_checkpoint
 
@@ -56,6 +79,9 @@ def main_eval(arguments: list[str]) -> None:
 
 def main_report(arguments: list[str]) -> None:
     """``python -m runner report DIR``: rebuild a sweep's (or a run's) summary from its files."""
+    if any(argument in HELP_FLAGS for argument in arguments):
+        print(REPORT_HELP, end="")
+        raise SystemExit(0)
     from runner.tools.report import write_summary
 
     if len(arguments) != 1 or not Path(arguments[0]).is_dir():

@@ -1,4 +1,4 @@
-"""Synthetic data sets from the course experiments: quick to build, sized by config."""
+"""Synthetic data sets for quick experiments: quick to build, sized by config."""
 
 import torch
 from torch.utils.data import TensorDataset
@@ -7,7 +7,7 @@ from runner.data.arguments import check_counts
 
 
 def _generator(seed: int | None) -> torch.Generator | None:
-    """``None`` draws from the run's (seeded) global RNG, as the course experiments do."""
+    """``None`` draws from the run's (seeded) global RNG, as a loop seeded once at its start does."""
     return None if seed is None else torch.Generator().manual_seed(seed)
 
 
@@ -22,8 +22,8 @@ def make_regression(
 ) -> tuple[TensorDataset, TensorDataset]:
     """The gradient-clipping experiment's data: ``x = randn(n, 10)``, ``y = randn(n, 1) * 50``.
 
-    Those targets are pure noise (the lab only needs large gradients). ``learnable=True`` makes
-    ``y`` a noisy linear function of ``x`` instead, so a model can actually fit it.
+    Those targets are pure noise (the gradient-clipping experiment only needs large gradients).
+    ``learnable=True`` makes ``y`` a noisy linear function of ``x`` instead, so a model can fit it.
     """
     check_counts(num_train=num_train, num_val=num_val, num_features=num_features)
     generator = _generator(seed)

@@ -97,7 +97,7 @@ def parameter_groups(model: torch.nn.Module, no_decay: Sequence[str]) -> list[di
 
 def build_optimizer(build: Build, config: RunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     """``optimizer.no_decay`` makes two parameter groups; without it the optimizer gets every
-    parameter, as the template does."""
+    parameter, as a hand-written loop does."""
     spec = dict(config.optimizer)
     no_decay = spec.pop("no_decay", None)
     if not no_decay:
@@ -146,7 +146,7 @@ class Components:
 
 
 def build_model_and_data(config: RunConfig, build: Build, device: torch.device) -> Components:
-    """Model first, then data: the template's order, so a seed gives the same weights."""
+    """Model first, then data: a hand-written loop's order, so a seed gives the same weights."""
     model = build_component(build, "model", config.model)
     if not isinstance(model, torch.nn.Module):
         raise ConfigError(

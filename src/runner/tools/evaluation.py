@@ -52,7 +52,7 @@ def evaluate_checkpoint(
         pin_memory=device.type == "cuda", num_workers=config.data.num_workers,
         collate_fn=build_collate_fn(build, config),
     )  # fmt: skip
-    precision = resolve_precision(config.precision, device)
+    precision = resolve_precision(config.precision, device, suggest=False)
     metrics = evaluate(
         parts.model, loader, parts.loss_fn, device, precision,
         metrics=build_named(build, "metrics", config.metrics), target_key=config.data.target_key,

@@ -3,7 +3,7 @@ the model and the loss on it. The one place that knows batch structures, so the 
 and doctor treat every form alike.
 
 - ``(inputs, targets)`` (a 2-element tuple or list): ``loss(model(inputs), targets)``, the
-  hand-written template's step.
+  a hand-written training loop's step.
 - A mapping (a dict, or a dataclass's fields): ``model(**batch)``; the targets, where the loss or a
   metric needs them, are ``batch[target_key]``.
 - With ``loss=from_model`` (:class:`ModelLoss`) the model computes its loss: a mapping still runs

@@ -1,4 +1,4 @@
-"""The training engine: the hand-written template's loop, with accumulation, mixed precision and
+"""The training engine: a hand-written training loop, with accumulation, mixed precision and
 clipping (in :func:`train_step`), readable top to bottom in :func:`fit`.
 
 The loop calls its policies at fixed points (checkpointing, logging, the stop flag) and each decides

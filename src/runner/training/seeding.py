@@ -14,7 +14,8 @@ def draw_seed() -> int:
 
 
 def seed_everything(seed: int, deterministic: bool = False) -> None:
-    """Seed ``random``, numpy and torch (CPU and every CUDA device), as the template's ``set_seed``.
+    """Seed ``random``, numpy and torch (CPU and every CUDA device), as a hand-written loop's
+    usual ``set_seed``.
 
     ``deterministic`` also asks torch for deterministic kernels, which some GPU ops lack (they
     then raise, naming the op) and which can be slower.
