@@ -64,8 +64,10 @@ def hydra_like_logging(tmp_path, monkeypatch):
         handler.setFormatter(logging.Formatter("[%(name)s][%(levelname)s] - %(message)s"))
     root = logging.getLogger()
     monkeypatch.setattr(root, "handlers", handlers)
-    monkeypatch.setattr(root, "level", logging.INFO)
+    level = root.level
+    root.setLevel(logging.INFO)  # through setLevel: it clears the loggers' cached level checks
     yield console, tmp_path / "train.log"
+    root.setLevel(level)
     handlers[1].close()
 
 

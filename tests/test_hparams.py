@@ -18,6 +18,7 @@ from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 
 from runner.config.typed import as_dict, flatten
 from runner.observe.hparams import HPARAMS_FILE, hparams_of
+from runner.training.engine import NonFiniteError
 
 
 @dataclass
@@ -43,11 +44,15 @@ def value_of(value):
 
 
 def test_hparams_are_the_whole_config_flattened():
-    config = as_dict(composed("model.hidden=[32,16]", "seed=3"))
-    hparams = hparams_of(config)
-    assert set(hparams) == set(flatten(config)) - {"resume"}  # a pointer to a file, not a setting
-    assert hparams["model.hidden"] == "[32, 16]" and hparams["seed"] == 3 and hparams["clip"] == 1.0
-    assert hparams["trainer.max_steps"] == "null" and hparams["compile"] is False
+    config = as_dict(composed("model.hidden=[32,16]", "seed=null"))
+    hparams = hparams_of(config, seed=1234)
+    # Not resume (a pointer to a file), not the null settings: a "null" text among numbers would make
+    # TensorBoard's column text, and its filter would hide the runs that have a number.
+    nulls = {key for key, value in flatten(config).items() if value is None} - {"seed"}
+    assert "trainer.max_steps" in nulls
+    assert set(hparams) == set(flatten(config)) - {"resume"} - nulls
+    assert hparams["model.hidden"] == "[32, 16]" and hparams["clip"] == 1.0 and hparams["compile"] is False
+    assert hparams["seed"] == 1234  # the seed the run drew, not null
 
 
 def test_a_run_records_its_config_and_its_end_for_the_hparams_tab(train_here):
@@ -56,7 +61,7 @@ def test_a_run_records_its_config_and_its_end_for_the_hparams_tab(train_here):
     config = as_dict(composed(*TINY, "trainer.val_every_n_steps=1"))
     start = {name: value_of(value) for name, value in data.session_start_info.hparams.items()}
     assert start == {key: value if not isinstance(value, int) or isinstance(value, bool) else float(value)
-                     for key, value in hparams_of(config).items()}  # fmt: skip
+                     for key, value in hparams_of(config, seed=0).items()}  # fmt: skip
     assert data.session_end_info.status == api_pb2.STATUS_SUCCESS
     # Its file sorts before the run's event file: TensorBoard keeps the first record it reads.
     assert sorted(path.name for path in run_dir.glob("events.out.tfevents.*"))[0] == HPARAMS_FILE
@@ -80,6 +85,22 @@ def test_a_resume_replaces_the_record_and_adds_no_second_point(train_here):
     assert data.session_end_info.status == api_pb2.STATUS_SUCCESS
     scalars = read_scalars(run_dir)
     assert [step for step, _ in scalars["val/loss_best"]] == [1, 2, 3, 4, 5, 6]
+
+
+BLOWS_UP = (*TINY, "optimizer=sgd", "optimizer.lr=1e30", "clip=null", "trainer.val_every_n_steps=1")
+
+
+def test_a_run_whose_validation_is_never_finite_has_no_best_and_still_ends(train_here):
+    run_dir = train_here(*BLOWS_UP, "on_nonfinite=off")
+    scalars = read_scalars(run_dir)
+    assert len(scalars["val/loss"]) == 4 and "val/loss_best" not in scalars
+    assert recorded(run_dir).session_end_info.status == api_pb2.STATUS_SUCCESS
+
+
+def test_a_failed_run_ends_with_a_failure_in_the_hparams_tab(train_here, tmp_path):
+    with pytest.raises(NonFiniteError):
+        train_here(*BLOWS_UP)
+    assert recorded(tmp_path / "run").session_end_info.status == api_pb2.STATUS_FAILURE
 
 
 class TensorBoard:
@@ -134,16 +155,30 @@ class TensorBoard:
 @pytest.mark.slow
 def test_tensorboard_compares_the_runs_of_a_sweep_by_what_differs(tmp_path):
     """A 2x2 sweep, one job resumed for longer, read as a person's browser reads it from a real
-    TensorBoard server: the swept keys (and the resumed job's longer max_steps) with both values come
-    first, the constants are marked as such, the metrics are the runs' own scalars."""
+    TensorBoard server: each job's end reaches a server that is running; the swept keys (and the
+    resumed job's longer max_steps) with both values come first, the constants are marked as such,
+    the metrics are the runs' own scalars."""
     sweep = tmp_path / "sweep"
-    result = run_cli("train", "-m", "optimizer.lr=0.001,0.01", "seed=0,1", *TINY,
-                     "trainer.val_every_n_steps=2", f"hydra.sweep.dir={sweep}", cwd=tmp_path)  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    sweep.mkdir()
+    watching = TensorBoard(sweep)  # as a person watches a sweep: started before it
+    try:
+        result = run_cli("train", "-m", "optimizer.lr=0.001,0.01", "seed=0,1", *TINY,
+                         "trainer.val_every_n_steps=2", f"hydra.sweep.dir={sweep}", cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        watching.experiment(runs=4)
+        deadline = time.monotonic() + 30  # each job's end reaches the running server
+        while time.monotonic() < deadline:
+            statuses = [group["sessions"][0]["status"] for group in watching.session_groups([])]
+            if statuses == ["STATUS_SUCCESS"] * 4:
+                break
+            time.sleep(0.5)
+        assert statuses == ["STATUS_SUCCESS"] * 4
+    finally:
+        watching.stop()
     resumed = run_cli("train", f"resume={sweep / '3'}", "trainer.max_steps=6", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
 
-    server = TensorBoard(sweep)
+    server = TensorBoard(sweep)  # a server started after the resume reads its new record
     try:
         experiment = server.experiment(runs=4)
         infos = {info["name"]: info for info in experiment["hparamInfos"]}

@@ -2,6 +2,7 @@
 ConfigStore, the checks on overrides before Hydra composes, and running a task under ``hydra.main``."""
 
 import functools
+import logging
 import os
 import re
 import secrets
@@ -162,6 +163,9 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
         nonlocal started
         started = True
         restore_environment("HYDRA_FULL_ERROR", preset)
+        # Python's warnings through logging, as Hydra set it up: into train.log too, above a progress
+        # bar, marked with a sweep job's number.
+        logging.captureWarnings(True)
         return task(cfg)
 
     main = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")(started_task)

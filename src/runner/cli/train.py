@@ -127,8 +127,11 @@ class SweepStop:
         from runner.training.distributed import in_submitit_job
 
         number = error.code - 128 if isinstance(error.code, int) else None
-        in_process = "BasicLauncher" in str(hydra_config.launcher.get("_target_", ""))
-        if number not in (signal.SIGTERM, signal.SIGINT) or not in_process or in_submitit_job():
+        if (
+            number not in (signal.SIGTERM, signal.SIGINT)
+            or not jobs_in_this_process(hydra_config)
+            or in_submitit_job()
+        ):
             return False
         self.signal_number = number
         return True
@@ -243,7 +246,7 @@ def train_task(
             return math.nan
         record("ok", best=best)
         if in_sweep:
-            value = "n/a (no validation)" if best is None else f"{best:.4g}"
+            value = "n/a (no finite value)" if best is None else f"{best:.4g}"
             job_ended("ok", time.time() - started, f"best {config.checkpoint.monitor} {value}")
         return best
 

@@ -6,7 +6,6 @@ Hydra-free (see ``setup.py``): the command line composes the config and hands it
 import logging
 import signal
 import statistics
-import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from runner.checkpoint.durable import WriteError
 from runner.checkpoint.files import CHECKPOINT_DIR
 from runner.checkpoint.locate import Found, locate_checkpoint, own_checkpoint
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints, PeriodicCheckpointer
+from runner.config.errors import UserError
 from runner.config.schema import RunConfig
 from runner.config.typed import as_dict
 from runner.data.loading import StreamPosition, batches_per_epoch
@@ -33,7 +33,8 @@ from runner.experiment.setup import (
     build_schedule,
     prepare,
 )
-from runner.observe.hparams import hparams_of, write_hparams
+from runner.observe.console import to_log_file
+from runner.observe.hparams import HParamsRecord, hparams_of
 from runner.observe.records import record_split, write_run_record
 from runner.observe.runplan import Built, run_plan
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
@@ -168,12 +169,16 @@ def train(
     # Everything is built and loaded, and the data fits: from here on the run writes into its directory.
     resumed_from = f"{found.path} (step {state.step}, epoch {state.epoch})" if found else None
     plan = run_plan(config, Built(
-        device, precision, seed, model, optimizer, parts.loss_fn, parts.train_set, parts.val_set, total_steps,
-        per_epoch, run_dir, speed.notes, process.world_size, resumed_from, found.reapplied if found else (),
+        device=device, precision=precision, seed=seed, model=model, optimizer=optimizer,
+        loss_fn=parts.loss_fn, train_set=parts.train_set, val_set=parts.val_set, total_steps=total_steps,
+        steps_per_epoch=per_epoch,
+        run_dir=run_dir, speed_notes=speed.notes, world_size=process.world_size, resumed_from=resumed_from,
+        reapplied=found.reapplied if found else (),
     ))  # fmt: skip
     log.info(plan)
     logger: MetricLogger = NullLogger()
     checkpointer: Checkpointer = NoCheckpoints()
+    record: HParamsRecord | None = None  # rank 0's, once it starts writing
     try:
         with run_dir_lock(run_dir) if process.is_main else nullcontext():
             if process.is_main:  # only rank 0 writes: records, checkpoints, TensorBoard
@@ -190,8 +195,8 @@ def train(
                 }
                 write_run_record(run_dir, plain_config, runtime)
                 record_split(run_dir, parts.train_set, parts.val_set, parts.test_set)
-                hparams, started = hparams_of(plain_config), time.time()
-                write_hparams(run_dir, hparams, started)  # a resume's replaces the interrupted run's
+                record = HParamsRecord(run_dir, hparams_of(plain_config, seed))
+                record.start()  # a resume's replaces the interrupted run's
                 # Events past the checkpoint's step belong to the lost future of the interrupted run.
                 logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
                 if config.checkpoint.enabled:
@@ -203,8 +208,8 @@ def train(
             logger.log_text("run/plan", plan)
 
             def record_end(state: TrainState) -> None:
-                if process.is_main and state.stopped_by_signal is None:
-                    write_hparams(run_dir, hparams, started, finished=True)
+                if record is not None and state.stopped_by_signal is None:
+                    record.end(ok=True)
 
             run = Run(learner, schedule, loaders, settings, callbacks, logger, checkpointer)
             state, last, stop = run.to_the_end(state, record_end)
@@ -212,9 +217,15 @@ def train(
             report_end(state, checkpointer, last, run_dir, process)
             if state.stopped_by_signal is not None:
                 stop.exit_for(state.stopped_by_signal)
-    except WriteError as error:
-        last_good = checkpointer.last_written or (found.path if found else None)
-        raise error.with_advice(resume_advice(error, last_good, run_dir)) from error
+    except Exception as error:
+        if record is not None:
+            record.end(ok=False)
+        if isinstance(error, UserError):  # the console gets it in one line; the run's log keeps it too
+            to_log_file(logging.ERROR, f"runner: error: {error}")
+        if isinstance(error, WriteError):
+            last_good = checkpointer.last_written or (found.path if found else None)
+            raise error.with_advice(resume_advice(error, last_good, run_dir)) from error
+        raise
     return state.best_val
 
 

@@ -21,7 +21,8 @@ ON_CONSOLE = {"console": True}
 # says it shorter).
 IN_LOG_FILE_ONLY = {"console": False}
 
-_bar = {"allowed": True, "kept": True}  # what the running job's console takes: see sweep_job_console
+# What the running job's console takes (see sweep_job_console), and whether a bar is on the terminal.
+_bar = {"allowed": True, "kept": True, "drawn": False}
 
 
 def console_handlers() -> list[logging.StreamHandler]:
@@ -38,6 +39,15 @@ def bar_wanted() -> bool:
     or redirected stream is noise), rank 0 of a distributed run, not a job of a parallel sweep."""
     on_terminal = sys.stdout.isatty() and sys.stderr.isatty()
     return on_terminal and _bar["allowed"] and int(os.environ.get("RANK", 0)) == 0
+
+
+def bar_is_drawn() -> bool:
+    """Whether a progress bar is on the terminal now: a line written straight to it starts below."""
+    return _bar["drawn"]
+
+
+def set_bar_drawn(drawn: bool) -> None:
+    _bar["drawn"] = drawn
 
 
 def bar_kept() -> bool:
@@ -86,6 +96,15 @@ def sweep_job_console(number: int, bar: bool) -> Iterator[None]:
         for handler, formatter in saved:
             handler.removeFilter(only_some)
             handler.setFormatter(formatter)
+
+
+def to_log_file(level: int, message: str) -> None:
+    """A line for the run's log file only: the console shows the same news its own way (the one-line
+    error ``runner: error: ...``)."""
+    record = log.makeRecord(log.name, level, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def job_started(overrides: str) -> None:

@@ -9,12 +9,16 @@ runs' own scalars (``val/loss``, ``val/loss_best``, ...): no one-point charts of
 
 TensorBoard keeps the first record of a tag it reads in a run, reading a run's event files in the order
 of their names. The file's name sorts before every event file runner writes, so its record is the one
-kept; a resume rewrites it, so the record is the resumed run's config.
+kept; a resume rewrites it, so the record is the resumed run's config. The run's end (success or
+failure) is appended to the same file, where a TensorBoard that is running reads it too.
 """
 
+import logging
 import math
+import os
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,26 +27,30 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 
-from runner.checkpoint.durable import atomic_write, writing
+from runner.checkpoint.durable import WriteError, atomic_write, writing
 from runner.config.errors import show
 from runner.config.typed import flatten
 from runner.observe.events import tf_record
 
+log = logging.getLogger("runner")
 HPARAMS_FILE = "events.out.tfevents.0000000000.hparams"
 START_TAG, END_TAG = "_hparams_/session_start_info", "_hparams_/session_end_info"  # TensorBoard's names
 # A pointer to a checkpoint, not a setting to compare runs by: it would mark every resumed run apart.
 NOT_HPARAMS = {"resume"}
 
 
-def hparams_of(config: Mapping[str, Any]) -> dict[str, float | str | bool]:
+def hparams_of(config: Mapping[str, Any], seed: int | None = None) -> dict[str, float | str | bool]:
     """Every setting, flattened (``optimizer.lr``): numbers and booleans as they are, other values as
-    the user would type them on the command line."""
+    the user would type them. ``seed``: the one the run uses (drawn when ``seed=null``). A setting that is
+    null, or a number that is not finite, is left out: TensorBoard shows an empty cell, where a text
+    value would turn the whole column into text and its filter would hide the runs with a number."""
     hparams: dict[str, float | str | bool] = {}
-    for key, value in flatten(config).items():
-        if key in NOT_HPARAMS:
+    for key, value in flatten({**config, **({"seed": seed} if seed is not None else {})}).items():
+        if key in NOT_HPARAMS or value is None:
             continue
-        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        hparams[key] = value if number or isinstance(value, bool | str) else show(value)
+        if isinstance(value, int | float) and not isinstance(value, bool) and not math.isfinite(value):
+            continue
+        hparams[key] = value if isinstance(value, int | float | bool | str) else show(value)
     return hparams
 
 
@@ -54,27 +62,65 @@ def _value(setting: float | str | bool) -> Value:
     return Value(string_value=setting)
 
 
-def _summary(tag: str, data: plugin_data_pb2.HParamsPluginData) -> Summary:
-    data.version = 0
-    metadata = SummaryMetadata(
-        plugin_data=SummaryMetadata.PluginData(plugin_name="hparams", content=data.SerializeToString())
-    )
-    return Summary(value=[Summary.Value(tag=tag, metadata=metadata)])
+def _records(*summaries: tuple[str, plugin_data_pb2.HParamsPluginData], wall_time: float) -> bytes:
+    events = []
+    for tag, data in summaries:
+        data.version = 0
+        metadata = SummaryMetadata(
+            plugin_data=SummaryMetadata.PluginData(plugin_name="hparams", content=data.SerializeToString())
+        )
+        events.append(
+            Event(
+                wall_time=wall_time,
+                step=0,
+                summary=Summary(value=[Summary.Value(tag=tag, metadata=metadata)]),
+            )
+        )
+    return b"".join(tf_record(event.SerializeToString()) for event in events)
 
 
-def write_hparams(run_dir: Path, hparams: Mapping[str, float | str | bool], started: float,
-                  finished: bool = False) -> None:  # fmt: skip
-    """The run's record (and, once it ``finished``, its end), written atomically over an older one."""
-    start = plugin_data_pb2.SessionStartInfo(start_time_secs=started)
-    for name, setting in hparams.items():
-        start.hparams[name].CopyFrom(_value(setting))
-    summaries = [_summary(START_TAG, plugin_data_pb2.HParamsPluginData(session_start_info=start))]
-    if finished:
-        end = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS, end_time_secs=time.time())
-        summaries.append(_summary(END_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end)))
-    events = [Event(wall_time=started, file_version="brain.Event:2")]
-    events += [Event(wall_time=started, step=0, summary=summary) for summary in summaries]
-    records = b"".join(tf_record(event.SerializeToString()) for event in events)
-    path = run_dir / HPARAMS_FILE
-    with writing(path):
-        atomic_write(path, lambda handle: handle.write(records))
+@dataclass
+class HParamsRecord:
+    """One run's record in the HParams tab: its start, written when the run starts writing (a resume's
+    over the interrupted run's), and its end, appended once the run succeeded or failed. A run stopped
+    by a signal has no end: it is to be resumed."""
+
+    run_dir: Path
+    hparams: dict[str, float | str | bool]
+    started: float = field(default_factory=time.time)
+    ended: bool = False
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir / HPARAMS_FILE
+
+    def start(self) -> None:
+        """A refused write is a ``WriteError``: nothing has been trained yet."""
+        start = plugin_data_pb2.SessionStartInfo(start_time_secs=self.started)
+        for name, setting in self.hparams.items():
+            start.hparams[name].CopyFrom(_value(setting))
+        version = tf_record(Event(wall_time=self.started, file_version="brain.Event:2").SerializeToString())
+        records = version + _records(
+            (START_TAG, plugin_data_pb2.HParamsPluginData(session_start_info=start)), wall_time=self.started
+        )
+        with writing(self.path):
+            atomic_write(self.path, lambda handle: handle.write(records))
+
+    def end(self, ok: bool) -> None:
+        """Appended, so a running TensorBoard reads it. The run's outcome is already decided: a refused
+        write is only a warning (as for ``result.json``)."""
+        if self.ended:
+            return
+        self.ended = True
+        status = api_pb2.STATUS_SUCCESS if ok else api_pb2.STATUS_FAILURE
+        end = plugin_data_pb2.SessionEndInfo(status=status, end_time_secs=time.time())
+        records = _records(
+            (END_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end)), wall_time=time.time()
+        )
+        try:
+            with writing(self.path), open(self.path, "ab") as handle:
+                handle.write(records)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except (WriteError, OSError) as error:
+            log.warning("could not record the run's end for TensorBoard's HParams tab: %s", error)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from typing import TextIO
 
-from runner.observe.console import bar_kept, bar_wanted, lines_above_bars
+from runner.observe.console import bar_kept, bar_wanted, lines_above_bars, set_bar_drawn
 
 log = logging.getLogger("runner")
 RATE_WINDOW_S = 10.0
@@ -79,6 +79,8 @@ class Progress:
         self.last_time = self.window.points[0][0]
         if file is None:
             self.console.enter_context(lines_above_bars())
+            set_bar_drawn(True)
+            self.console.callback(set_bar_drawn, False)
 
     def update(self, step: int, scalars: Mapping[str, float]) -> None:
         """At a log step. ``perf/samples_per_sec`` covers the steps since the previous log step."""

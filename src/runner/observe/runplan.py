@@ -5,6 +5,7 @@ optimizer, schedule and loss), then how the run will go. Rows stay within 100 ch
 says nothing on this device is left out.
 """
 
+import functools
 import inspect
 import textwrap
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from runner.training.precision import Precision
 
 WIDTH = 100
 NAME_WIDTH = 16
-UNWRAPPED = {"resumed from", "run dir", "watch"}  # a path or a command, copied whole
+UNWRAPPED = {"resumed from", "re-applied", "run dir", "watch"}  # paths, commands, overrides: whole
 
 
 @dataclass
@@ -49,6 +50,8 @@ def named(thing: Any, target: str | None) -> str:
     """``Sequential (runner.models.mlp)``: the class built, and the ``_target_`` that built it when
     that says more."""
     name = thing.__name__ if inspect.isroutine(thing) else type(thing).__name__
+    if target and (name.startswith("_") or isinstance(thing, functools.partial)):
+        return target  # a wrapper (``_partial_: true``): the target says what it is
     return name if not target or target.rsplit(".", 1)[-1] == name else f"{name} ({target})"
 
 
@@ -62,11 +65,17 @@ def model_plan(model: torch.nn.Module, target: str | None, world_size: int) -> s
 
 
 def samples(dataset: Any) -> str:
-    return f"{len(dataset):,}" if hasattr(dataset, "__len__") else f"a stream ({type(dataset).__name__})"
+    if hasattr(dataset, "__len__"):
+        return f"{len(dataset):,} samples"
+    return f"a stream ({type(dataset).__name__})"
 
 
 def data_plan(built: Built) -> str:
-    sizes = f"{samples(built.train_set)} train, {samples(built.val_set)} validation samples"
+    sized = hasattr(built.train_set, "__len__") and hasattr(built.val_set, "__len__")
+    if sized:
+        sizes = f"{len(built.train_set):,} train, {len(built.val_set):,} validation samples"
+    else:
+        sizes = f"train: {samples(built.train_set)}, validation: {samples(built.val_set)}"
     per_epoch = (
         f"{built.steps_per_epoch:,} optimizer steps per epoch" if built.steps_per_epoch is not None
         else "epochs are passes over the stream"
@@ -77,7 +86,8 @@ def data_plan(built: Built) -> str:
 def optimizer_plan(optimizer: torch.optim.Optimizer, target: str | None) -> str:
     first = optimizer.param_groups[0]
     decay = f", weight decay {first['weight_decay']:g}" if "weight_decay" in first else ""
-    return f"{named(optimizer, target)}, lr {first['lr']:g}{decay}"
+    # A scheduler keeps the configured rate as ``initial_lr`` and has set ``lr`` to its first value.
+    return f"{named(optimizer, target)}, lr {first.get('initial_lr', first['lr']):g}{decay}"
 
 
 def parameter_groups(optimizer: torch.optim.Optimizer) -> list[str]:
@@ -86,7 +96,8 @@ def parameter_groups(optimizer: torch.optim.Optimizer) -> list[str]:
     for index, group in enumerate(optimizer.param_groups):
         tensors, count = len(group["params"]), sum(p.numel() for p in group["params"])
         decay = f", weight_decay {group['weight_decay']:g}" if "weight_decay" in group else ""
-        groups.append(f"{group.get('name', index)}: {tensors} tensors, {count:,} parameters{decay}")
+        plural = "tensor" if tensors == 1 else "tensors"
+        groups.append(f"{group.get('name', index)}: {tensors} {plural}, {count:,} parameters{decay}")
     return groups
 
 
@@ -149,10 +160,22 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
         ("checkpoints", checkpoint_plan(config.checkpoint)),
         *([("speed", "; ".join(built.speed_notes))] if built.speed_notes else []),
         *([("resumed from", built.resumed_from)] if built.resumed_from else []),
-        *([("re-applied", " ".join(built.reapplied))] if built.reapplied else []),
+        *([("re-applied", packed(built.reapplied, WIDTH - NAME_WIDTH - 3))] if built.reapplied else []),
         ("run dir", str(built.run_dir)),
         ("watch", f"tensorboard --logdir {built.run_dir}"),
     ]
+
+
+def packed(items: Sequence[str], width: int) -> list[str]:
+    """Items (a resume's overrides) on lines of at most ``width`` characters, each item whole: a value
+    with a space in it is not split into what would read as two overrides."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 1 + len(item) <= width:
+            lines[-1] += " " + item
+        else:
+            lines.append(item)
+    return lines
 
 
 def run_plan(config: RunConfig, built: Built) -> str:

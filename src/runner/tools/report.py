@@ -240,11 +240,18 @@ def ranked(runs: list[RunSummary], mode: str) -> list[RunSummary]:
 
 
 def _cell(value: Any) -> str:
+    """For people: numbers (and swept values) to 4 significant digits."""
     if value is None:
         return ""
     if isinstance(value, float):
         return significant(value)
-    return str(value)
+    return rounded(value) if isinstance(value, str) else str(value)
+
+
+def _exact(value: Any) -> str:
+    """For programs: swept values as given; numbers to 7 significant digits, all a metric has (TensorBoard
+    stores float32)."""
+    return "" if value is None else f"{value:.7g}" if isinstance(value, float) else str(value)
 
 
 def column_name(metric: str) -> str:
@@ -269,7 +276,7 @@ def columns(sweep: Sweep) -> list[Column]:
     return [
         Column("job", "job", lambda run: run.name),
         Column("status", "status", lambda run: run.status),
-        *(Column(key, key, lambda run, key=key: rounded(run.overrides.get(key, ""))) for key in sweep.swept),
+        *(Column(key, key, lambda run, key=key: run.overrides.get(key, "")) for key in sweep.swept),
         Column(f"best_{column_name(monitor)}", f"best {monitor} ({mode})", lambda run: run.best),
         Column("mode", None, lambda run: mode),
         Column("step_of_best", "step of best", lambda run: run.best_step),
@@ -280,11 +287,12 @@ def columns(sweep: Sweep) -> list[Column]:
 
 
 def write_csv(path: Path, runs: list[RunSummary], table: list[Column]) -> None:
-    """The table for programs: plain column names, Unix line ends, a final newline."""
+    """The table for programs: plain column names, values to full precision, Unix line ends, a final
+    newline."""
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow([column.csv for column in table])
-        writer.writerows([_cell(column.value(run)) for column in table] for run in runs)
+        writer.writerows([_exact(column.value(run)) for column in table] for run in runs)
 
 
 def markdown(sweep: Sweep, table: list[Column]) -> str:

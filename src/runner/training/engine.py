@@ -215,8 +215,9 @@ def validate(
     if improved:
         state.best_val, state.best_val_step = value, state.step
     # The best so far as a series of its own: the number a sweep compares runs by (TensorBoard's
-    # HParams tab reads its last value), beside the curve it summarises.
-    hooks.logger.log_scalars(state.step, {**state.last_val, best_tag(settings.monitor): state.best_val})
+    # HParams tab reads its last value), beside the curve it summarises. None until a finite one.
+    best = {best_tag(settings.monitor): state.best_val} if state.best_val is not None else {}
+    hooks.logger.log_scalars(state.step, {**state.last_val, **best})
     progress.report(state.epoch, state.step, {"train/loss": state.last_train_loss, **state.last_val})
     context.metrics.update(state.last_val)
     if on_cadence:
@@ -270,80 +271,85 @@ def fit(
         hooks.callbacks.call("on_epoch_end", context)
         return improved
 
-    learner.model.train()
-    learner.optimizer.zero_grad(set_to_none=True)
-    hooks.callbacks.call("on_train_start", context)
-    first_epoch = True  # it may continue part-way through, and may have been started by the caller
-    while state.step < total_steps and (settings.max_epochs is None or state.epoch < settings.max_epochs):
-        if first_epoch:
-            batches = loaders.started if loaders.started is not None else first_epoch_batches(loaders, state)
-        else:
-            batches = epoch_batches(loaders.train, loaders.sampler, state.epoch, 0, loaders.seed)
-        first_epoch, epoch_had_batches = False, False
-        windows = accumulation_windows(batches, settings.micro_batches_per_step)
-        # A stream's pass ends where it runs out: read one window ahead to know it at its last step.
-        if micro_batches_per_epoch is None:
-            windows = read_ahead(windows, loaders.stream_position)
-        else:
-            windows = ((window, False) for window in windows)
-        for window, stream_ended in windows:
-            epoch_had_batches = True
-            result = train_step(
-                learner, window, settings.clip_norm, check_finite=settings.on_nonfinite != "off"
-            )
-            if result.applied:
-                state.nonfinite_in_a_row = 0
-                schedule.after_step()
+    try:  # the bar is closed however the loop ends: an error's line is not glued to it
+        learner.model.train()
+        learner.optimizer.zero_grad(set_to_none=True)
+        hooks.callbacks.call("on_train_start", context)
+        first_epoch = True  # it may continue part-way through, and may have been started by the caller
+        while state.step < total_steps and (settings.max_epochs is None or state.epoch < settings.max_epochs):
+            if first_epoch:
+                batches = loaders.started
+                if batches is None:
+                    batches = first_epoch_batches(loaders, state)
             else:
-                count_skipped_step(
-                    state, settings, result.grad_norm_before_clip, learner.precision.scaler.is_enabled()
+                batches = epoch_batches(loaders.train, loaders.sampler, state.epoch, 0, loaders.seed)
+            first_epoch, epoch_had_batches = False, False
+            windows = accumulation_windows(batches, settings.micro_batches_per_step)
+            # A stream's pass ends where it runs out: read one window ahead to know it at its last step.
+            if micro_batches_per_epoch is None:
+                windows = read_ahead(windows, loaders.stream_position)
+            else:
+                windows = ((window, False) for window in windows)
+            for window, stream_ended in windows:
+                epoch_had_batches = True
+                result = train_step(
+                    learner, window, settings.clip_norm, check_finite=settings.on_nonfinite != "off"
                 )
-            state.step += 1
-            state.batches_done_in_epoch += len(window)
-            samples_since_log += result.samples
-            context.step = state.step
+                if result.applied:
+                    state.nonfinite_in_a_row = 0
+                    schedule.after_step()
+                else:
+                    count_skipped_step(
+                        state, settings, result.grad_norm_before_clip, learner.precision.scaler.is_enabled()
+                    )
+                state.step += 1
+                state.batches_done_in_epoch += len(window)
+                samples_since_log += result.samples
+                context.step = state.step
 
-            if state.step % settings.log_every_n_steps == 0 or state.step == total_steps:
-                scalars = step_scalars(result, state, learner, settings)
-                now = time.perf_counter()  # after the read above: on a GPU it waits for the step
-                scalars["perf/samples_per_sec"] = samples_since_log / max(now - last_log_time, 1e-9)
-                samples_since_log, last_log_time = 0, now
-                state.last_train_loss = scalars["train/loss"]
-                hooks.logger.log_scalars(state.step, scalars)
-                progress.update(state.step, scalars)
-                context.metrics.update(scalars)
-            if step_callbacks:
-                hooks.callbacks.call("on_step_end", context)
+                if state.step % settings.log_every_n_steps == 0 or state.step == total_steps:
+                    scalars = step_scalars(result, state, learner, settings)
+                    now = time.perf_counter()  # after the read above: on a GPU it waits for the step
+                    scalars["perf/samples_per_sec"] = samples_since_log / max(now - last_log_time, 1e-9)
+                    samples_since_log, last_log_time = 0, now
+                    state.last_train_loss = scalars["train/loss"]
+                    hooks.logger.log_scalars(state.step, scalars)
+                    progress.update(state.step, scalars)
+                    context.metrics.update(scalars)
+                if step_callbacks:
+                    hooks.callbacks.call("on_step_end", context)
 
-            step_validates = bool(settings.val_every_n_steps) and state.step % settings.val_every_n_steps == 0
-            epoch_ended = stream_ended or state.batches_done_in_epoch == micro_batches_per_epoch
-            improved = (
-                end_epoch(step_validates) if epoch_ended else validate_once() if step_validates else None
-            )
-            # Saves come after everything this step changes (schedulers, callbacks): every file of one
-            # moment holds the same state.
-            if improved is not None:
-                hooks.checkpointer.after_validation(state, improved)
-            if epoch_ended:
-                hooks.checkpointer.after_epoch(state)
-            hooks.checkpointer.after_step(state)
-            if hooks.stop is not None and (signal_number := hooks.stop.requested()) is not None:
-                state.stopped_by_signal = signal_number
+                every = settings.val_every_n_steps
+                step_validates = bool(every) and state.step % every == 0
+                epoch_ended = stream_ended or state.batches_done_in_epoch == micro_batches_per_epoch
+                improved = (
+                    end_epoch(step_validates) if epoch_ended else validate_once() if step_validates else None
+                )
+                # Saves come after everything this step changes (schedulers, callbacks): every file of one
+                # moment holds the same state.
+                if improved is not None:
+                    hooks.checkpointer.after_validation(state, improved)
+                if epoch_ended:
+                    hooks.checkpointer.after_epoch(state)
+                hooks.checkpointer.after_step(state)
+                if hooks.stop is not None and (signal_number := hooks.stop.requested()) is not None:
+                    state.stopped_by_signal = signal_number
+                    break
+                if context.stop_reason is not None or state.step >= total_steps or epoch_ended:
+                    break
+            if not epoch_had_batches:
+                raise UserError(
+                    f"the training data yielded no batch in epoch {state.epoch}; a stream must yield at "
+                    "least one batch per pass"
+                )
+            if state.stopped_by_signal is not None or context.stop_reason is not None:
                 break
-            if context.stop_reason is not None or state.step >= total_steps or epoch_ended:
-                break
-        if not epoch_had_batches:
-            raise UserError(
-                f"the training data yielded no batch in epoch {state.epoch}; a stream must yield at "
-                "least one batch per pass"
-            )
-        if state.stopped_by_signal is not None or context.stop_reason is not None:
-            break
 
-    state.stop_reason = context.stop_reason
-    if state.stopped_by_signal is None and (improved := validate_once(on_cadence=False)) is not None:
-        hooks.checkpointer.after_validation(state, improved)
-    hooks.callbacks.call("on_train_end", context)
-    progress.close()
+        state.stop_reason = context.stop_reason
+        if state.stopped_by_signal is None and (improved := validate_once(on_cadence=False)) is not None:
+            hooks.checkpointer.after_validation(state, improved)
+        hooks.callbacks.call("on_train_end", context)
+    finally:
+        progress.close()
     hooks.logger.flush()
     return state

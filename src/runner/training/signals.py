@@ -11,6 +11,7 @@ import os
 import signal
 from types import FrameType
 
+from runner.observe.console import bar_is_drawn
 from runner.training.distributed import any_process, in_submitit_job
 
 
@@ -37,9 +38,10 @@ class GracefulStop:
             self.signal_number = number
             name = signal.Signals(number).name
             then = "handing over to submitit (requeue)" if number == self._preemption else "exiting"
+            below_bar = "\n" if bar_is_drawn() else ""  # a progress bar's line has no newline yet
             os.write(
                 2,
-                f"runner: {name} received: saving at the next step boundary, then {then} "
+                f"{below_bar}runner: {name} received: saving at the next step boundary, then {then} "
                 "(Ctrl-C again aborts at once)\n".encode(),
             )
 
