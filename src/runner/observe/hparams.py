@@ -3,8 +3,8 @@ of its own.
 
 No run writes an "experiment" record: with one, TensorBoard takes the columns of every run under a
 logdir from the one run that wrote it. Without one it builds the columns from all runs' records, and
-marks the keys whose values differ between them: the HParams tab shows those first (a sweep's swept
-keys, what differs between the runs under one logdir) and hides the constants. Its metrics are the
+marks the keys whose values differ between them: the HParams tab lists those first (a sweep's swept
+keys, what differs between the runs under one logdir), the constants after them. Its metrics are the
 runs' own scalars (``val/loss``, ``val/loss_best``, ...): no one-point charts of their own.
 
 TensorBoard keeps the first record of a tag it reads in a run, reading a run's event files in the order
