@@ -171,9 +171,8 @@ def train(
     plan = run_plan(config, Built(
         device=device, precision=precision, seed=seed, model=model, optimizer=optimizer,
         loss_fn=parts.loss_fn, train_set=parts.train_set, val_set=parts.val_set, total_steps=total_steps,
-        steps_per_epoch=per_epoch,
-        run_dir=run_dir, speed_notes=speed.notes, world_size=process.world_size, resumed_from=resumed_from,
-        reapplied=found.reapplied if found else (),
+        steps_per_epoch=per_epoch, run_dir=run_dir, speed_notes=speed.notes, world_size=process.world_size,
+        resumed_from=resumed_from, reapplied=found.reapplied if found else (),
     ))  # fmt: skip
     log.info(plan)
     logger: MetricLogger = NullLogger()
@@ -218,13 +217,16 @@ def train(
             if state.stopped_by_signal is not None:
                 stop.exit_for(state.stopped_by_signal)
     except Exception as error:
-        if record is not None:
-            record.end(ok=False)
-        if isinstance(error, UserError):  # the console gets it in one line; the run's log keeps it too
-            to_log_file(logging.ERROR, f"runner: error: {error}")
+        raised = error
         if isinstance(error, WriteError):
             last_good = checkpointer.last_written or (found.path if found else None)
-            raise error.with_advice(resume_advice(error, last_good, run_dir)) from error
+            raised = error.with_advice(resume_advice(error, last_good, run_dir))
+        if record is not None:  # the run had started writing: its records say how it ended
+            record.end(ok=False)
+            if isinstance(raised, UserError):  # the console gets it in one line; train.log keeps it too
+                to_log_file(logging.ERROR, f"runner: error: {raised}")
+        if raised is not error:
+            raise raised from error
         raise
     return state.best_val
 
