@@ -222,3 +222,14 @@ def test_a_single_run_is_summarised_with_all_its_overrides(tmp_path):
     assert lines[0] == "Overrides: `optimizer.lr=0.002288 seed=3`"
     assert lines[2].startswith("| job | status | best val/loss (min) |")
     assert read_csv(run / "summary.csv")[1][0]["best_val_loss"] == "0.4"
+
+
+def test_a_resumed_run_is_summarised_with_the_overrides_it_last_ran_with(tmp_path):
+    run = write_job(tmp_path, "run", ["trainer.max_steps=200", "seed=3"], losses(0.9, 0.4))
+    resume = run / ".hydra" / "resume-2026-12-03_10-00-00"
+    resume.mkdir()
+    (resume / "overrides.yaml").write_text(
+        yaml.safe_dump(["seed=3", "trainer.max_steps=400", f"resume={run}/checkpoints/last.pt"])
+    )
+    write_summary(run)
+    assert (run / "summary.md").read_text().splitlines()[0] == "Overrides: `seed=3 trainer.max_steps=400`"

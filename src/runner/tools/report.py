@@ -121,8 +121,14 @@ def split_override(override: str) -> tuple[str, str]:
 
 
 def overrides_of(run_dir: Path) -> dict[str, str]:
-    overrides = read_yaml(run_dir / ".hydra" / "overrides.yaml", list) or []
-    return dict(split_override(str(override)) for override in overrides)
+    """The overrides the run last ran with: a resume's record (``.hydra/resume-<time>/``, holding the
+    original overrides it applied again and the ones it changed) over the original; not ``resume``, which
+    names a file."""
+    resumes = sorted((run_dir / ".hydra").glob("resume-*/overrides.yaml"))
+    overrides = read_yaml(resumes[-1] if resumes else run_dir / ".hydra" / "overrides.yaml", list) or []
+    pairs = dict(split_override(str(override)) for override in overrides)
+    pairs.pop("resume", None)
+    return pairs
 
 
 def read_scalars(run_dir: Path) -> dict[str, list[ScalarEvent]]:
