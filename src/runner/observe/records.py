@@ -14,6 +14,12 @@ from runner.checkpoint.durable import write_text, writing
 RESULT_FILE = "result.json"
 
 
+def best_tag(monitor: str) -> str:
+    """``val/loss`` -> ``val/loss_best``: the scalar of the monitored metric's best value so far, which
+    the engine logs and the summaries leave out of their final values."""
+    return f"{monitor}_best"
+
+
 def write_run_record(run_dir: Path, config: dict[str, Any], runtime: dict[str, Any]) -> None:
     write_text(run_dir / "run.yaml", yaml.safe_dump({**config, "runtime": runtime}, sort_keys=False))
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator, ScalarEvent
 
-from runner.observe.records import RESULT_FILE
+from runner.observe.records import RESULT_FILE, best_tag
 
 if TYPE_CHECKING:  # matplotlib is optional (the sweeps extra) and slow to import
     from matplotlib.axes import Axes
@@ -204,8 +204,8 @@ def effective_batch_of(job: JobFiles) -> int | None:
 
 def final_values(scalars: dict[str, list[ScalarEvent]], monitor: str) -> dict[str, float]:
     """The last value of every ``val/*`` metric, and of ``train/loss``; not the running best of the
-    monitored metric (``val/loss_best``, engine.best_tag), which the best column already shows."""
-    running_best = f"{monitor}_best"
+    monitored metric (``val/loss_best``), which the best column already shows."""
+    running_best = best_tag(monitor)
     tags = [tag for tag in scalars if (tag.startswith("val/") or tag == "train/loss") and tag != running_best]
     return {tag: scalars[tag][-1].value for tag in tags if scalars[tag]}
 

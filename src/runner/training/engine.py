@@ -19,6 +19,7 @@ from runner.checkpoint.policy import Checkpointer, NoCheckpoints
 from runner.config.errors import ConfigError, UserError
 from runner.data.loading import EpochSampler, StreamPosition, batches_per_epoch, epoch_batches, read_ahead
 from runner.observe.progress import Progress
+from runner.observe.records import best_tag
 from runner.observe.writer import MetricLogger, NullLogger, to_floats
 from runner.training.batches import check_structure
 from runner.training.callbacks import Callbacks, Context
@@ -178,11 +179,6 @@ def step_scalars(
     scalars = to_floats(scalars)
     scalars["train/grad_norm_clipped"] = clipped_norm(scalars["train/grad_norm"], settings.clip_norm)
     return scalars
-
-
-def best_tag(monitor: str) -> str:
-    """``val/loss`` -> ``val/loss_best``: the best value of the monitored metric so far."""
-    return f"{monitor}_best"
 
 
 def validate(
