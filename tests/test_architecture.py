@@ -14,6 +14,7 @@ LAYERS = [
     {"runner.config"},
     {"runner.data", "runner.models"},
     {"runner.training", "runner.checkpoint", "runner.observe"},
+    {"runner.search"},
     {"runner.experiment"},
     {"runner.tools"},
     CLI,
@@ -90,7 +91,12 @@ def test_only_the_command_line_knows_hydra_and_nothing_imports_it():
 
 
 def test_only_hydras_public_api():
-    for path in [*PACKAGE.rglob("*.py"), *PACKAGE.parents[1].joinpath("tests").rglob("*.py")]:
+    plugins = PACKAGE.parent / "hydra_plugins"
+    for path in [
+        *PACKAGE.rglob("*.py"),
+        *plugins.rglob("*.py"),
+        *PACKAGE.parents[1].joinpath("tests").rglob("*.py"),
+    ]:
         private = [name for name in imports_of(path) if "hydra._internal" in name]
         assert not private, f"{path} imports {private}"
 

@@ -141,7 +141,6 @@ def test_readme_names_periodic_checkpoints_by_example_not_as_step_n():
 def test_an_optuna_sweep_writes_no_colour_codes_where_output_is_not_a_terminal(tmp_path):
     """Output to a file or a pipe (a scheduler's log, ``> out.txt 2>&1``) and the sweep's files hold
     plain text: no ANSI colour codes from Optuna's or anyone's log handler."""
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     sweep_dir = tmp_path / "sweep"
     result = run_cli(
         "train", "-m", "hparams_search=digits_optuna", "hydra.sweeper.n_trials=2", "trainer.max_steps=20",
@@ -149,7 +148,7 @@ def test_an_optuna_sweep_writes_no_colour_codes_where_output_is_not_a_terminal(t
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     output = result.stdout + result.stderr
-    assert "A new study created" in output  # Optuna's own line is there, only plain
+    assert "Optuna search: 2 trials" in output
     assert not ANSI.search(output), [line for line in output.splitlines() if ANSI.search(line)]
     text_files = [p for p in sweep_dir.rglob("*") if p.suffix in {".log", ".yaml", ".json", ".md", ".csv"}]
     assert any(path.suffix == ".log" for path in text_files)

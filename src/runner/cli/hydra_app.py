@@ -20,7 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
-from runner.config.errors import ConfigError
+from runner.config.errors import ConfigError, UserError
 from runner.config.schema import DataConfig, RunConfig
 
 
@@ -147,15 +147,8 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
     line each. Once the task runs, errors from the user's code are shown as Hydra shows them.
 
     Hydra composes the config twice per invocation, the first time only to read ``hydra.mode``
-    (about 0.1-0.2 s here): upstream issue facebookresearch/hydra#3440. Left as it is.
-
-    Where stderr is not a terminal (a file, a pipe, a scheduler's log), ``NO_COLOR`` is set while
-    Hydra runs: the Optuna sweeper's log handler (colorlog) writes colour codes otherwise, even into
-    files; colorlog, optuna and most tools honour that variable (no-color.org)."""
+    (about 0.1-0.2 s here): upstream issue facebookresearch/hydra#3440. Left as it is."""
     preset = os.environ.get("HYDRA_FULL_ERROR")
-    preset_no_color = os.environ.get("NO_COLOR")
-    if not (sys.stderr and sys.stderr.isatty()):
-        os.environ["NO_COLOR"] = "1"
     started = False
 
     @functools.wraps(task)  # Hydra names the job (and its log file) after the task's module
@@ -177,6 +170,8 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
         if started:
             raise
         exit_with(ConfigError(composition_error(error)))
+    except UserError as error:  # a sweeper's settings (jobs report their own errors)
+        exit_with(error)
     except OSError as error:
         if started or error.filename is None:
             raise
@@ -190,7 +185,6 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
         ))  # fmt: skip
     finally:
         restore_environment("HYDRA_FULL_ERROR", preset)
-        restore_environment("NO_COLOR", preset_no_color)
 
 
 def restore_environment(name: str, value: str | None) -> None:

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hydra.core.utils import configure_log
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
@@ -21,6 +22,8 @@ class SweepSummary(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir() or int(os.environ.get("RANK", 0)) != 0:  # under torchrun: rank 0 only
             return
+        # The sweep's logging again: the last job's (its train.log among its handlers) is still set.
+        configure_log(config.hydra.hydra_logging, config.hydra.verbose)
         runs = write_summary(sweep_dir)
         log.info("sweep summary (%s):\n%s", sweep_dir / "summary.md", (sweep_dir / "summary.md").read_text())
         failed = [run.name for run in runs if run.status == "failed"]

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -25,7 +25,14 @@ from runner.cli.undo import RunDirBefore, remove_new_run_dir
 from runner.config.errors import ConfigError, UserError
 from runner.config.trust import check_named, targets_in
 from runner.config.typed import as_dict, typed_config
-from runner.observe.console import IN_LOG_FILE_ONLY, job_ended, job_started, shown_path, sweep_job_console
+from runner.observe.console import (
+    IN_LOG_FILE_ONLY,
+    job_ended,
+    job_started,
+    on_console_only,
+    shown_path,
+    sweep_job_console,
+)
 
 if TYPE_CHECKING:  # importing it loads torch: the run does that only once Hydra has composed
     from runner.checkpoint.locate import Found
@@ -117,6 +124,7 @@ class SweepStop:
     swept: list[str] = field(default_factory=list)  # the keys the command line sweeps, naming a job
     signal_number: int | None = None
     not_run: list[str] = field(default_factory=list)
+    sweep_dir: str = ""
 
     def skip(self, number: int, overrides: list[str]) -> None:
         varied = [o.input_line for o in parse_overrides(overrides) if o.key_or_group in self.swept]
@@ -134,13 +142,17 @@ class SweepStop:
         ):
             return False
         self.signal_number = number
+        self.sweep_dir = shown_path(Path(hydra_config.sweep.dir))
         return True
 
     def report(self) -> NoReturn:
+        from runner.search import trials_not_run
+
         name = signal.Signals(self.signal_number).name
-        not_run = "; ".join(self.not_run) if self.not_run else "none"
+        not_run = "; ".join([*self.not_run, *trials_not_run]) or "none"
         print(f"runner: the sweep was stopped by {name}: the running job saved its checkpoint; jobs not run: "
-              f"{not_run}; the summary covers the jobs that ran", file=sys.stderr)  # fmt: skip
+              f"{not_run}; the summary covers the jobs that ran; to continue the sweep, run the same command "
+              f"with hydra.sweep.dir={self.sweep_dir}", file=sys.stderr)  # fmt: skip
         raise SystemExit(128 + self.signal_number)
 
 
@@ -161,6 +173,7 @@ def swept_overrides(task_overrides: list[str], swept: list[str], sweeper: Any) -
 def train_task(
     cfg: DictConfig, found: "Found | None" = None, before: RunDirBefore | None = None,
     sweep_stop: SweepStop | None = None, trusted: set[str] | None = None,
+    before_jobs: dict[Path, RunDirBefore] | None = None,
 ) -> float | None:  # fmt: skip
     """One run, or one job of a sweep. A failed sweep job records its failure (traceback in its log,
     ``result.json``) and returns NaN, so the other jobs and the sweep's summary still run. A run
@@ -168,6 +181,7 @@ def train_task(
     from runner.checkpoint.durable import WriteError
     from runner.experiment.train import NothingToTrain, train
     from runner.observe.records import write_result
+    from runner.search.continuation import OtherJobInTheWay, earlier_job
 
     hydra_config = HydraConfig.get()
     run_dir = Path(hydra_config.runtime.output_dir)
@@ -202,9 +216,8 @@ def train_task(
     console = (
         sweep_job_console(hydra_config.job.num, jobs_in_this_process(hydra_config)) if in_sweep else None
     )
+    search = None
     with console or nullcontext(), submitit_tasks_as_ranks(run_dir):
-        if in_sweep:
-            job_started(swept_overrides(task_overrides, sweep_stop.swept, hydra_config.sweeper))
         try:
             config = typed_config(cfg)
             if found is not None and trusted is not None:  # built from a run directory's record too
@@ -213,14 +226,33 @@ def train_task(
                     f"resume={found.run_dir}: the config composed with {found.run_dir / '.hydra'}",
                     "give {first} on this command line",
                 )  # fmt: skip
-            given = found if found is not None and config.resume == str(found.path) else None
-            best = train(config, run_dir, build=hydra.utils.instantiate, resume_from=given)
+            earlier = earlier_job(run_dir, as_dict(config)) if in_sweep and config.resume is None else None
+            if earlier is not None and earlier.finished:
+                restore_hydra_record(run_dir, before_jobs)
+                value = earlier.result.get("best")
+                shown = "n/a" if not isinstance(value, (int, float)) else f"{value:.4g}"
+                on_console_only(logging.INFO, f"{earlier.result['status']} in an earlier run of this sweep "
+                                f"(best {config.checkpoint.monitor} {shown}): not run again")  # fmt: skip
+                return value
+            continuing = earlier.checkpoint if earlier is not None else None
+            if in_sweep:
+                step = f" (continuing from step {continuing.checkpoint['global_step']})" if continuing else ""
+                job_started(swept_overrides(task_overrides, sweep_stop.swept, hydra_config.sweeper) + step)
+            if in_sweep and is_runner_search(hydra_config.sweeper):
+                search = search_trial(config, hydra_config, run_dir)
+            given = found if found is not None and config.resume == str(found.path) else continuing
+            with gpu_of_parallel_job(config.device, hydra_config) if in_sweep else nullcontext():
+                best = train(config, run_dir, build=hydra.utils.instantiate, resume_from=given,
+                             added_callbacks={"search": search} if search else None)  # fmt: skip
         except SystemExit as error:
             if in_sweep and sweep_stop.stops(error, hydra_config):
                 stopped_by = signal.Signals(sweep_stop.signal_number).name
                 job_ended("stopped", time.time() - started, f"by {stopped_by}", logging.WARNING)
                 return math.nan
             raise
+        except OtherJobInTheWay as error:
+            restore_hydra_record(run_dir, before_jobs)
+            exit_with(error)
         except NothingToTrain as done:
             undo_hydra_writes()
             if in_sweep:
@@ -244,11 +276,88 @@ def train_task(
             summary = f"{type(error).__name__}: {error}".splitlines()[0]
             job_ended("failed", time.time() - started, f"{summary} (traceback in {log_file})", logging.ERROR)
             return math.nan
-        record("ok", best=best)
+        value = "n/a (no finite value)" if best is None else f"{best:.4g}"
+        if search is None:
+            record("ok", best=best)
+        else:
+            objectives = {**search.objectives(objectives_of_job(hydra_config.sweeper, config)),
+                          config.checkpoint.monitor: best}  # fmt: skip
+            if search.pruned_at is not None:
+                record("pruned", best=best, pruned_at_step=search.pruned_at, objectives=objectives)
+                detail = f"at step {search.pruned_at}; best {config.checkpoint.monitor} {value}"
+                job_ended("pruned", time.time() - started, detail)
+                return best
+            record("ok", best=best, objectives=objectives)
         if in_sweep:
-            value = "n/a (no finite value)" if best is None else f"{best:.4g}"
             job_ended("ok", time.time() - started, f"best {config.checkpoint.monitor} {value}")
         return best
+
+
+def gpu_of_parallel_job(device: str, hydra_config: Any) -> AbstractContextManager[Any]:
+    """A job of a sweep whose jobs run at the same time on this machine (the joblib launcher) takes a
+    GPU no other running job holds, when there are several and the job asks for CUDA (``device=auto``
+    or ``cuda``). Not under torchrun (each rank has its own) nor in a submitit job (the scheduler
+    gives each job its GPUs)."""
+    from runner.training.distributed import in_submitit_job
+
+    alone = (
+        jobs_in_this_process(hydra_config) or in_submitit_job() or int(os.environ.get("WORLD_SIZE", 1)) > 1
+    )
+    if alone or device not in ("auto", "cuda"):
+        return nullcontext()
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count < 2:
+        return nullcontext()
+    from runner.search.gpus import claimed_gpu
+
+    return claimed_gpu(Path(hydra_config.sweep.dir), count, hydra_config.job.num, torch.cuda.set_device)
+
+
+def is_runner_search(sweeper: Any) -> bool:
+    """Whether the sweep is runner's Optuna search (its jobs report to their trials)."""
+    from hydra_plugins.runner_optuna_sweeper.config import SWEEPER_TARGET
+
+    return sweeper.get("_target_") == SWEEPER_TARGET
+
+
+def objectives_of_job(sweeper: Any, config: Any) -> list[str]:
+    return [str(name) for name in sweeper.get("objectives") or [config.checkpoint.monitor]]
+
+
+def search_trial(config: Any, hydra_config: Any, run_dir: Path) -> Any:
+    """The callback that gives a search job its objective values and, with a pruner, reports to its
+    trial after every validation."""
+    from runner.search.trial import SearchTrial, link_to_trial
+
+    sweeper = hydra_config.sweeper
+    link = None
+    if sweeper.get("pruner"):
+        pruner = hydra.utils.instantiate(sweeper.pruner)
+        link = link_to_trial(sweeper, pruner, Path(hydra_config.sweep.dir), hydra_config.job.num)
+    return SearchTrial(config.checkpoint.monitor, config.checkpoint.mode, link)
+
+
+def restore_hydra_record(run_dir: Path, before_jobs: dict[Path, RunDirBefore] | None) -> None:
+    """A job that is not run leaves its directory as it was: Hydra's record of it too."""
+    before = (before_jobs or {}).get(run_dir.resolve())
+    if before is not None and int(os.environ.get("RANK", 0)) == 0:
+        before.restore()
+
+
+def jobs_before(command_line: CommandLine) -> dict[Path, RunDirBefore]:
+    """The job directories of the sweep directory the command line names, as they are before Hydra
+    writes its record of each job into them (a job that is not run again gets its own back)."""
+    named = command_line.last("hydra.sweep.dir")
+    if not command_line.sweep or named is None:
+        return {}
+    sweep_dir = Path(value_text(named))
+    if not sweep_dir.is_dir():
+        return {}
+    return {
+        path.resolve(): RunDirBefore.of(path) for path in sweep_dir.iterdir() if (path / ".hydra").is_dir()
+    }
 
 
 def main_train(arguments: list[str]) -> None:
@@ -266,11 +375,12 @@ def main_train(arguments: list[str]) -> None:
         named_dir = command_line.last("hydra.run.dir")
         named = None if command_line.sweep or named_dir is None else Path(str(named_dir.value()))
         before = RunDirBefore.of(named) if named is not None else None
+        before_jobs = jobs_before(command_line)
     except UserError as error:
         exit_with(error)
     sweep_stop = SweepStop([o.key_or_group for o in command_line.overrides if o.is_sweep_override()])
     try:
-        run_hydra(lambda cfg: train_task(cfg, found, before, sweep_stop, trusted), command_line)
+        run_hydra(lambda cfg: train_task(cfg, found, before, sweep_stop, trusted, before_jobs), command_line)
     except SystemExit:
         if sweep_stop.signal_number is None:
             raise

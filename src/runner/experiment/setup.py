@@ -181,11 +181,14 @@ class Prepared:
 
 def prepare(config: RunConfig, build: Build, seed: int, process: ProcessInfo | None = None) -> Prepared:
     """Device, seeds, precision, model, data and loaders. With several processes each takes its own
-    GPU (``LOCAL_RANK``) and its shard of the data."""
+    GPU (``LOCAL_RANK``) and its shard of the data; one process takes the current GPU (a parallel sweep
+    job's own, see ``runner.search.gpus``), named by its index."""
     process = process or ProcessInfo()
     device = resolve_device(config.device)
-    if process.distributed and device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", process.local_rank)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device(
+            "cuda", process.local_rank if process.distributed else torch.cuda.current_device()
+        )
         torch.cuda.set_device(device)
     seed_everything(seed, config.deterministic)
     precision = resolve_precision(config.precision, device)

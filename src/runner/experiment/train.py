@@ -96,10 +96,12 @@ def train(
     run_dir: Path,
     build: Build,
     resume_from: Found | None = None,
+    added_callbacks: dict[str, Any] | None = None,
 ) -> float | None:
     """Run one experiment; return the best value of the monitored metric (what sweepers optimise).
 
-    ``resume_from``: a checkpoint already found and loaded."""
+    ``resume_from``: a checkpoint already found and loaded. ``added_callbacks``: callbacks by name
+    beside the config's (a search's, for its jobs)."""
     process = from_environment()
     if process.is_main:
         refuse_if_held(run_dir)  # a run still writing there is named before anything is built
@@ -131,7 +133,7 @@ def train(
         target_key=config.data.target_key, plain_model=model,
     )  # fmt: skip
     settings = loop_settings(config, build_named(build, "metrics", config.metrics))
-    callbacks = Callbacks(build_named(build, "callbacks", config.callbacks))
+    callbacks = Callbacks({**build_named(build, "callbacks", config.callbacks), **(added_callbacks or {})})
     check_loadable(callbacks.state_dict(), "callbacks_state_dict")  # before anything is written
     micro_batches_per_epoch = batches_per_epoch(prepared.train_loader, prepared.train_sampler)
     total_steps = planned_steps(settings, micro_batches_per_epoch)

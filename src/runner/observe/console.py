@@ -118,6 +118,15 @@ def job_ended(status: str, seconds: float, detail: str, level: int = logging.INF
     log.log(level, "%s in %s: %s", status, duration(seconds), detail, extra=ON_CONSOLE)
 
 
+def on_console_only(level: int, message: str) -> None:
+    """A line for the console alone (a sweep job's, marked): not for any log file, as for a job that
+    finished in an earlier run of its sweep, whose train.log stays as that run left it."""
+    record = log.makeRecord(log.name, level, __file__, 0, message, None, None, extra=ON_CONSOLE)
+    for handler in console_handlers():
+        if record.levelno >= handler.level:
+            handler.handle(record)
+
+
 def duration(seconds: float) -> str:
     """``12.3 s`` under a minute, else ``4:05`` or ``1:04:05``."""
     if seconds < 60:

@@ -36,11 +36,23 @@ def record_split(run_dir: Path, train_set: Any, val_set: Any, test_set: Any = No
 
 
 def write_result(
-    run_dir: Path, status: str, wall_seconds: float, best: float | None = None, error: str = ""
+    run_dir: Path,
+    status: str,
+    wall_seconds: float,
+    best: float | None = None,
+    error: str = "",
+    **details: Any,
 ) -> None:
-    """``ok`` or ``failed``; a run without one is ``incomplete`` (still running, or killed). A refused
+    """``ok``, ``pruned`` (a search stopped it early: ``pruned_at_step``) or ``failed``; a run without
+    one is ``incomplete`` (still running, or killed). A search's job adds its ``objectives``. A refused
     write (a full disk) is a ``WriteError``."""
     with writing(run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
-    result = {"status": status, "wall_seconds": round(wall_seconds, 3), "best": best, "error": error}
+    result = {
+        "status": status,
+        "wall_seconds": round(wall_seconds, 3),
+        "best": best,
+        "error": error,
+        **details,
+    }
     write_text(run_dir / RESULT_FILE, json.dumps(result, indent=2))

@@ -52,6 +52,9 @@ class RunSummary:
     wall_seconds: float | None
     effective_batch_size: int | None
     curve: list[tuple[int, float]] = field(default_factory=list)  # the monitored metric per step
+    pruned_at: int | None = None  # the step a search's pruner stopped it at
+    objectives: dict[str, float] = field(default_factory=dict)  # a search's values of this job
+    on_pareto_front: bool = False
 
 
 @dataclass
@@ -63,6 +66,8 @@ class Sweep:
     common: list[str]  # the overrides every job shares, ``key=value``
     monitor: str
     mode: str
+    # A multi-objective search's objectives and their directions (minimize, maximize), from its results.
+    objectives: list[tuple[str, str]] = field(default_factory=list)
 
 
 def has_events(directory: Path) -> bool:
@@ -231,7 +236,43 @@ def summarise_run(job: JobFiles, monitor: str, mode: str) -> RunSummary:
         wall_seconds=wall,
         effective_batch_size=effective_batch_of(job),
         curve=curve,
+        pruned_at=pruned if isinstance(pruned := job.result.get("pruned_at_step"), int) else None,
+        objectives=finite_values(job.result.get("objectives")),
     )
+
+
+def finite_values(values: Any) -> dict[str, float]:
+    if not isinstance(values, dict):
+        return {}
+    return {str(k): float(v) for k, v in values.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def search_objectives(directory: Path) -> list[tuple[str, str]]:
+    """A multi-objective search's (objective, direction) pairs, from its ``optimization_results.yaml``;
+    empty for any other sweep."""
+    results = read_yaml(directory / "optimization_results.yaml", dict) or {}
+    names, directions = results.get("objectives"), results.get("directions")
+    if not isinstance(names, list) or not isinstance(directions, list) or len(names) < 2:
+        return []
+    if len(names) != len(directions) or any(d not in ("minimize", "maximize") for d in directions):
+        return []
+    return [(str(name), str(direction)) for name, direction in zip(names, directions, strict=True)]
+
+
+def mark_pareto_front(runs: list[RunSummary], objectives: list[tuple[str, str]]) -> None:
+    """The finished jobs no other finished job beats in every objective (and in one strictly)."""
+    signs = [1.0 if direction == "minimize" else -1.0 for _, direction in objectives]
+
+    def values(run: RunSummary) -> list[float] | None:
+        if run.status != "ok" or any(name not in run.objectives for name, _ in objectives):
+            return None
+        return [sign * run.objectives[name] for sign, (name, _) in zip(signs, objectives, strict=True)]
+
+    candidates = [(run, v) for run in runs if (v := values(run)) is not None]
+    for run, mine in candidates:
+        run.on_pareto_front = not any(
+            all(a <= b for a, b in zip(other, mine, strict=True)) and other != mine for _, other in candidates
+        )
 
 
 def ranked(runs: list[RunSummary], mode: str) -> list[RunSummary]:
@@ -270,6 +311,10 @@ class Column:
     csv: str
     markdown: str | None  # None: in the CSV only (the Markdown says it once, above the table)
     value: Callable[[RunSummary], Any]
+    shown: Callable[[RunSummary], Any] | None = None  # the Markdown's cell, where it says more
+
+    def cell(self, run: RunSummary) -> Any:
+        return (self.shown or self.value)(run)
 
 
 def columns(sweep: Sweep) -> list[Column]:
@@ -279,10 +324,26 @@ def columns(sweep: Sweep) -> list[Column]:
     tags = sorted({tag for run in sweep.runs for tag in run.finals if tag.startswith("val/")})
     if any("train/loss" in run.finals for run in sweep.runs):
         tags.append("train/loss")
+    pruned = any(run.pruned_at is not None for run in sweep.runs)
     return [
         Column("job", "job", lambda run: run.name),
-        Column("status", "status", lambda run: run.status),
+        Column("status", "status", lambda run: run.status, shown=status_text),
+        *([Column("pruned_at_step", None, lambda run: run.pruned_at)] if pruned else []),
         *(Column(key, key, lambda run, key=key: run.overrides.get(key, "")) for key in sweep.swept),
+        *(
+            [Column("pareto_front", "Pareto front", lambda run: "yes" if run.on_pareto_front else "")]
+            if sweep.objectives
+            else []
+        ),
+        *(
+            Column(
+                f"{column_name(name)}_at_best",
+                f"{name} at best ({direction[:3]})",
+                lambda run, name=name: run.objectives.get(name),
+            )
+            for name, direction in sweep.objectives
+            if name != monitor
+        ),
         Column(f"best_{column_name(monitor)}", f"best {monitor} ({mode})", lambda run: run.best),
         Column("mode", None, lambda run: mode),
         Column("step_of_best", "step of best", lambda run: run.best_step),
@@ -290,6 +351,11 @@ def columns(sweep: Sweep) -> list[Column]:
         Column("steps", "steps", lambda run: run.steps),
         Column("wall_seconds", "wall seconds", lambda run: run.wall_seconds),
     ]
+
+
+def status_text(run: RunSummary) -> str:
+    """For people: ``pruned at step 40``, else the status as recorded."""
+    return f"pruned at step {run.pruned_at}" if run.pruned_at is not None else run.status
 
 
 def write_csv(path: Path, runs: list[RunSummary], table: list[Column]) -> None:
@@ -306,6 +372,11 @@ def markdown(sweep: Sweep, table: list[Column]) -> str:
     shown = [column for column in table if column.markdown is not None]
     several = len(sweep.runs) > 1
     lines = [f"Best first by {sweep.monitor} ({better(sweep.mode)} is better)."] if several else []
+    if sweep.objectives:
+        front = [run.name for run in sweep.runs if run.on_pareto_front]
+        wanted = ", ".join(f"{direction} {name}" for name, direction in sweep.objectives)
+        lines.append(f"Pareto front ({wanted}, each at the job's best validation): "
+                     f"{'jobs ' + ', '.join(front) if front else 'no finished job'}.")  # fmt: skip
     if sweep.common:
         lines.append(f"{'Common to every job' if several else 'Overrides'}: `{' '.join(sweep.common)}`")
     lines += [
@@ -314,7 +385,7 @@ def markdown(sweep: Sweep, table: list[Column]) -> str:
         "|" + " --- |" * len(shown),
     ]
     for run in sweep.runs:
-        cells = [_cell(column.value(run)).replace("|", "\\|") for column in shown]
+        cells = [_cell(column.cell(run)).replace("|", "\\|") for column in shown]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -331,8 +402,10 @@ def summarise(directory: Path) -> Sweep:
     jobs = [read_job(run_dir) for run_dir in run_dirs]
     monitor, mode = monitor_of(jobs)
     runs = ranked([summarise_run(job, monitor, mode) for job in jobs], mode)
+    objectives = search_objectives(directory)
+    mark_pareto_front(runs, objectives)
     swept = swept_keys(jobs)
-    return Sweep(runs, swept, common_overrides(jobs, swept), monitor, mode)
+    return Sweep(runs, swept, common_overrides(jobs, swept), monitor, mode, objectives)
 
 
 def write_summary(directory: Path) -> list[RunSummary]:

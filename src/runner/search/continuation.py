@@ -1,0 +1,73 @@
+"""A sweep run again with the same ``hydra.sweep.dir`` continues: a job that finished (``result.json``
+ok or pruned) is not run again, a job that was interrupted continues from its own newest checkpoint
+(bit-exact, as ``resume=auto`` does), a job that failed or never saved starts again. A job directory
+is the same job only if the run recorded there had this job's settings: one from another sweep is
+refused, never overwritten."""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runner.checkpoint.locate import Found, own_checkpoint
+from runner.config.errors import UserError, show
+from runner.config.typed import flatten
+from runner.observe.records import RESULT_FILE
+
+FINISHED = ("ok", "pruned")
+
+
+class OtherJobInTheWay(UserError):
+    """The job directory holds a run with other settings (a sweep directory reused by another command)."""
+
+
+@dataclass(frozen=True)
+class EarlierJob:
+    """What an earlier run of this sweep left in the job's directory."""
+
+    result: dict[str, Any]  # its result.json: a finished job's status and values
+    checkpoint: Found | None  # an interrupted job's newest checkpoint
+
+    @property
+    def finished(self) -> bool:
+        return self.result.get("status") in FINISHED
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    before, now = flatten(recorded), flatten(current)
+    return [
+        f"{key} ({show(before.get(key))} there, {show(now.get(key))} now)"
+        for key in sorted(before.keys() | now.keys())
+        if before.get(key) != now.get(key)
+    ]
+
+
+def earlier_job(run_dir: Path, config: dict[str, Any]) -> EarlierJob | None:
+    """The run an earlier invocation of this sweep left in ``run_dir`` (None: none, start afresh).
+    ``config``: this job's settings, which the recorded run must have had."""
+    import json
+
+    recorded: dict[str, Any] | None = None
+    record = run_dir / "run.yaml"
+    if record.is_file():
+        loaded = yaml.safe_load(record.read_text())
+        if isinstance(loaded, dict):
+            recorded = {key: value for key, value in loaded.items() if key != "runtime"}
+    checkpoint = own_checkpoint(run_dir) if recorded is not None else None
+    if checkpoint is not None:
+        recorded = checkpoint.checkpoint["config"]
+    if recorded is None:
+        return None
+    changed = differences(recorded, config)
+    if changed:
+        raise OtherJobInTheWay(
+            f"{run_dir} holds a run of other settings ({', '.join(changed[:3])}"
+            f"{', ...' if len(changed) > 3 else ''}): this sweep directory belongs to another sweep; give "
+            "this one its own hydra.sweep.dir (nothing was changed there)"
+        )
+    try:
+        result = json.loads((run_dir / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        result = {}
+    return EarlierJob(result if isinstance(result, dict) else {}, checkpoint)
