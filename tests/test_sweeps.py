@@ -1,14 +1,18 @@
 """Sweeps with Hydra multirun and the real plugins, and their summaries."""
 
 import csv
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import optuna
 import pytest
+import torch
 import yaml
 from conftest import REPO, read_scalars, run_cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -187,3 +191,215 @@ def test_sigterm_stops_a_sweep_saving_the_running_job_and_naming_the_jobs_not_ru
     assert sorted(path.name for path in directory.iterdir() if path.is_dir()) == ["0"]
     rows = summary_rows(directory)
     assert [row["job"] for row in rows] == ["0"] and rows[0]["status"] == "incomplete"
+
+
+SEARCH = (
+    "hparams_search=digits_optuna", "data=classification", "data.dataset.num_train=64",
+    "data.dataset.num_val=32", "data.batch_size=16", "trainer.val_every_n_steps=2",
+)  # fmt: skip
+
+
+def results_of(directory):
+    return {path.parent.name: json.loads(path.read_text()) for path in directory.glob("*/result.json")}
+
+
+def own_trials(storage):
+    study = optuna.load_study(study_name="digits_optuna", storage=storage)
+    return {trial.user_attrs["runner_job"]: trial for trial in study.trials}
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_an_optuna_search_prunes_the_trials_that_fall_behind(tmp_path, launcher):
+    """Each job reports val/loss to its trial after every validation, through the study's SQLite file in
+    the sweep directory (jobs of the joblib launcher are other processes); the pruner stops the jobs
+    behind the median, which end cleanly, say so and keep their files."""
+    directory = tmp_path / "search"
+    parallel = ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweeper.n_jobs=2")
+    result = run_cli(
+        "train", "-m", *SEARCH, "trainer.max_steps=20", "hydra.sweeper.n_trials=6",
+        "hydra/sweeper/pruner=median", "hydra.sweeper.pruner.n_startup_trials=2",
+        *(parallel if launcher == "joblib" else ()), f"hydra.sweep.dir={directory}", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    results = results_of(directory)
+    assert len(results) == 6
+    pruned = {job: r["pruned_at_step"] for job, r in results.items() if r["status"] == "pruned"}
+    assert pruned, results  # the search pruned at least one trial
+    assert all(r["status"] == "ok" for job, r in results.items() if job not in pruned)
+    trials = own_trials(f"sqlite:///{directory / 'optuna.db'}")
+    assert {str(job) for job, t in trials.items() if t.state == optuna.trial.TrialState.PRUNED} == set(pruned)
+    output = result.stdout + result.stderr
+    rows = {row["job"]: row for row in summary_rows(directory)}
+    summary = (directory / "summary.md").read_text()
+    for job, step in pruned.items():
+        assert 0 < step < 20
+        assert f"[job {job}] pruned in " in output and f"at step {step}; best val/loss" in output
+        assert rows[job]["status"] == "pruned" and rows[job]["pruned_at_step"] == str(step)
+        assert rows[job]["steps"] == str(step)
+        assert f"| {job} | pruned at step {step} |" in summary
+        assert (directory / job / "checkpoints" / "last.pt").is_file()  # its checkpoints and events kept
+        assert max(step for step, _ in read_scalars(directory / job)["val/loss"]) == step
+        assert trials[int(job)].last_step == step
+
+
+def test_a_multi_objective_search_summarises_its_pareto_front(tmp_path):
+    directory = tmp_path / "search"
+    result = run_cli(
+        "train", "-m", *SEARCH, "trainer.max_steps=6", "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.direction=[minimize,maximize]", "hydra.sweeper.objectives=[val/loss,val/acc]",
+        f"hydra.sweep.dir={directory}", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    solutions = yaml.safe_load((directory / "optimization_results.yaml").read_text())["solutions"]
+    front = sorted(str(solution["job"]) for solution in solutions)
+    assert front and all(len(solution["values"]) == 2 for solution in solutions)
+    rows = summary_rows(directory)
+    assert sorted(row["job"] for row in rows if row["pareto_front"] == "yes") == front
+    for solution in solutions:
+        row = next(row for row in rows if row["job"] == str(solution["job"]))
+        loss, acc = solution["values"]
+        assert float(row["best_val_loss"]) == pytest.approx(loss, rel=1e-6)
+        assert float(row["val_acc_at_best"]) == pytest.approx(acc, rel=1e-6)
+    assert (
+        "Pareto front (minimize val/loss, maximize val/acc, each at the job's best validation): jobs "
+        in (directory / "summary.md").read_text()
+    )
+
+
+def stop_during_job_1(command, cwd, env=None):
+    """Start a sweep, SIGTERM it once job 0 has finished and job 1 has saved a checkpoint; return how
+    it ended."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runner", *command], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(cwd.glob("sweep/1/checkpoints/step_*.pt")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    return process.returncode, err
+
+
+def untouched(job_dir):
+    """Every file of a job directory, with its bytes and modification time."""
+    return {str(p.relative_to(job_dir)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(job_dir.rglob("*")) if p.is_file()}  # fmt: skip
+
+
+SLOW = ("data.dataset._target_=slow_data.slow_classification", "+data.dataset.seconds_per_item=0.002",
+        "checkpoint.every_n_steps=1", "trainer.max_steps=60", "trainer.val_every_n_steps=10")  # fmt: skip
+PLUGINS = {"PYTHONPATH": str(REPO / "tests" / "plugins") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def test_a_stopped_grid_sweep_continues_with_the_same_command(tmp_path):
+    """Run again with the same hydra.sweep.dir, the sweep runs what is left: the finished job not again
+    (its files untouched), the stopped job from its last.pt, to the same weights as a run never stopped."""
+    command = ["train", "-m", *TINY[:4], *SLOW, "seed=1,2,3", "hydra.sweep.dir=sweep"]
+    returncode, err = stop_during_job_1(command, tmp_path, PLUGINS)
+    assert returncode == 143, err
+    assert "jobs not run: 2 (seed=3)" in err and "run the same command with hydra.sweep.dir=sweep" in err
+    directory = tmp_path / "sweep"
+    finished = untouched(directory / "0")
+
+    again = run_cli(*command, cwd=tmp_path, env=PLUGINS)
+    assert again.returncode == 0, again.stderr
+    output = again.stdout + again.stderr
+    assert "[job 0] ok in an earlier run of this sweep (best val/loss " in output
+    assert "[job 1] started: seed=2 (continuing from step " in output
+    assert "[job 2] started: seed=3" in output
+    assert untouched(directory / "0") == finished  # train.log, events, checkpoints, Hydra's record
+    rows = {row["job"]: row for row in summary_rows(directory)}
+    assert [rows[job]["status"] for job in "012"] == ["ok", "ok", "ok"]
+    assert all(rows[job]["steps"] == "60" for job in "012")
+    steps = [step for step, _ in read_scalars(directory / "1")["train/loss"]]
+    assert steps == sorted(set(steps))  # one continuous curve: the lost steps were not logged twice
+
+    single = run_cli("train", *TINY[:4], *SLOW, "seed=2", "hydra.run.dir=single", cwd=tmp_path, env=PLUGINS)
+    assert single.returncode == 0, single.stderr
+    continued = torch.load(directory / "1" / "checkpoints" / "last.pt")["model_state_dict"]
+    never_stopped = torch.load(tmp_path / "single" / "checkpoints" / "last.pt")["model_state_dict"]
+    for key, tensor in never_stopped.items():
+        assert torch.equal(continued[key], tensor), key
+
+
+def test_a_sweep_directory_of_another_sweep_is_refused_and_left_as_it_was(tmp_path):
+    first = run_cli("train", "-m", *TINY, "seed=1,2", "hydra.sweep.dir=sweep", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    before = untouched(tmp_path / "sweep" / "0")
+    other = run_cli("train", "-m", *TINY, "seed=5,6", "hydra.sweep.dir=sweep", cwd=tmp_path)
+    assert other.returncode == 2
+    assert "holds a run of other settings (seed (1 there, 5 now)): this sweep directory belongs to " in (
+        other.stderr
+    )
+    assert "Traceback" not in other.stderr
+    assert untouched(tmp_path / "sweep" / "0") == before
+
+
+def test_a_stopped_optuna_search_continues_its_study_with_the_same_command(tmp_path):
+    """The finished trial is not run again, the stopped one continues with its own settings from its
+    last.pt, and new trials are proposed for the jobs not yet run: the study ends with n_trials trials."""
+    command = ["train", "-m", *SEARCH, *SLOW, "trainer.max_steps=40", "hydra.sweeper.n_trials=4",
+               "hydra.sweep.dir=sweep"]  # fmt: skip
+    returncode, err = stop_during_job_1(command, tmp_path, PLUGINS)
+    assert returncode == 143, err
+    assert "jobs not run: 2 more trial(s) of the search's 4" in err
+    directory = tmp_path / "sweep"
+    storage = f"sqlite:///{directory / 'optuna.db'}"
+    stopped = own_trials(storage)
+    assert stopped[0].state == optuna.trial.TrialState.COMPLETE
+    assert stopped[1].state == optuna.trial.TrialState.RUNNING
+    finished = untouched(directory / "0")
+
+    again = run_cli(*command, cwd=tmp_path, env=PLUGINS)
+    assert again.returncode == 0, again.stderr
+    output = again.stdout + again.stderr
+    assert "continuing: 1 done before" in output
+    assert "[job 0]" not in output  # the search does not launch a finished job at all
+    assert "[job 1] started: " in output and " (continuing from step " in output
+    assert untouched(directory / "0") == finished
+    trials = own_trials(storage)
+    assert sorted(trials) == [0, 1, 2, 3]
+    assert len(optuna.load_study(study_name="digits_optuna", storage=storage).trials) == 4
+    assert all(trial.state == optuna.trial.TrialState.COMPLETE for trial in trials.values())
+    assert trials[1].params == stopped[1].params and trials[1].number == stopped[1].number
+    results = results_of(directory)
+    assert all(results[str(job)]["best"] == pytest.approx(trials[job].value) for job in trials)
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_optuna_dashboard_shows_the_study_of_a_search(tmp_path):
+    directory = tmp_path / "search"
+    result = run_cli("train", "-m", *SEARCH, "trainer.max_steps=4", "hydra.sweeper.n_trials=2",
+                     f"hydra.sweep.dir={directory}", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    port = free_port()
+    command = os.path.join(os.path.dirname(sys.executable), "optuna-dashboard")  # the README's command
+    dashboard = subprocess.Popen(
+        [command, f"sqlite:///{directory / 'optuna.db'}", "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5) as response:
+                    studies = json.load(response)["study_summaries"]
+                break
+            except OSError:
+                assert dashboard.poll() is None and time.monotonic() < deadline, dashboard.communicate()
+                time.sleep(0.2)
+        (study,) = studies
+        assert study["study_name"] == "digits_optuna"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{study['study_id']}") as response:
+            trials = json.load(response)["trials"]
+        assert [trial["state"] for trial in trials] == ["Complete", "Complete"]
+    finally:
+        dashboard.terminate()
+        dashboard.wait(timeout=30)

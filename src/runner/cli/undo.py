@@ -59,6 +59,7 @@ class RunDirBefore:
                 path = hydra / name
                 if not path.is_file() or path.read_bytes() != content:
                     path.write_bytes(content)
+                if path.stat().st_mtime_ns != modified:  # Hydra rewrote it, if only with the same bytes
                     os.utime(path, ns=(modified, modified))
         for name in {p.name for p in self.run_dir.iterdir()} - self.names:
             path = self.run_dir / name
