@@ -100,11 +100,12 @@ def validation(callback, step, **metrics):
 def test_a_job_keeps_the_metrics_of_its_best_validation_and_a_real_pruner_stops_a_bad_trial():
     study = optuna.create_study(pruner=optuna.pruners.MedianPruner(n_startup_trials=1))
     good = study.ask()
-    for step, value in ((10, 0.5), (20, 0.3)):
-        good.report(value, step)
+    for samples, value in ((320, 0.5), (640, 0.3)):
+        good.report(value, samples)
     study.tell(good, 0.3)
 
-    job = SearchTrial("val/loss", "min", TrialLink(study.ask(), "MedianPruner"))
+    # Steps 10 and 20 of batch size 32: the same data as the finished trial's reports.
+    job = SearchTrial("val/loss", "min", TrialLink(study.ask(), "MedianPruner"), samples_per_step=32)
     first = validation(job, 10, loss=0.4, acc=0.7)  # better than the median at step 10: goes on
     assert first.stop_reason is None and job.pruned_at is None
     second = validation(job, 20, loss=0.45, acc=0.8)  # worse than the finished trial at step 20: pruned

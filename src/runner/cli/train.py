@@ -192,6 +192,7 @@ def train_task(
     sweep_stop = sweep_stop or SweepStop()
     if in_sweep and sweep_stop.signal_number is not None:
         sweep_stop.skip(hydra_config.job.num, task_overrides)
+        restore_hydra_record(run_dir, before_jobs)  # a job an earlier run of the sweep started
         remove_new_run_dir(run_dir, keep=run_dir.parent)
         return math.nan
 
@@ -213,10 +214,30 @@ def train_task(
         else:
             remove_new_run_dir(run_dir, keep=Path.cwd())
 
+    def finish(best: float | None) -> float | None:
+        """Record how the run ended: ok, or pruned by its search (with the search's objective values)."""
+        value = "n/a (no finite value)" if best is None else f"{best:.4g}"
+        if search is None:
+            record("ok", best=best)
+        else:
+            monitor = config.checkpoint.monitor
+            objectives = {**search.objectives(objectives_of_job(hydra_config.sweeper, config)), monitor: best}
+            if search.pruned_at is not None:
+                record("pruned", best=best, pruned_at_step=search.pruned_at, objectives=objectives)
+                job_ended(
+                    "pruned", time.time() - started, f"at step {search.pruned_at}; best {monitor} {value}"
+                )
+                return best
+            record("ok", best=best, objectives=objectives)
+        if in_sweep:
+            job_ended("ok", time.time() - started, f"best {config.checkpoint.monitor} {value}")
+        return best
+
     console = (
         sweep_job_console(hydra_config.job.num, jobs_in_this_process(hydra_config)) if in_sweep else None
     )
     search = None
+    continuing = None
     with console or nullcontext(), submitit_tasks_as_ranks(run_dir):
         try:
             config = typed_config(cfg)
@@ -254,6 +275,11 @@ def train_task(
             restore_hydra_record(run_dir, before_jobs)
             exit_with(error)
         except NothingToTrain as done:
+            if in_sweep and continuing is not None:  # it ended, and was stopped before it said so
+                restore_hydra_record(run_dir, before_jobs)
+                if search is not None:
+                    search.load_state_dict(continuing.checkpoint["callbacks_state_dict"].get("search", {}))
+                return finish(continuing.checkpoint.get("best_val"))
             undo_hydra_writes()
             if in_sweep:
                 job_ended("skipped", time.time() - started, str(done))
@@ -276,21 +302,7 @@ def train_task(
             summary = f"{type(error).__name__}: {error}".splitlines()[0]
             job_ended("failed", time.time() - started, f"{summary} (traceback in {log_file})", logging.ERROR)
             return math.nan
-        value = "n/a (no finite value)" if best is None else f"{best:.4g}"
-        if search is None:
-            record("ok", best=best)
-        else:
-            objectives = {**search.objectives(objectives_of_job(hydra_config.sweeper, config)),
-                          config.checkpoint.monitor: best}  # fmt: skip
-            if search.pruned_at is not None:
-                record("pruned", best=best, pruned_at_step=search.pruned_at, objectives=objectives)
-                detail = f"at step {search.pruned_at}; best {config.checkpoint.monitor} {value}"
-                job_ended("pruned", time.time() - started, detail)
-                return best
-            record("ok", best=best, objectives=objectives)
-        if in_sweep:
-            job_ended("ok", time.time() - started, f"best {config.checkpoint.monitor} {value}")
-        return best
+        return finish(best)
 
 
 def gpu_of_parallel_job(device: str, hydra_config: Any) -> AbstractContextManager[Any]:
@@ -336,7 +348,9 @@ def search_trial(config: Any, hydra_config: Any, run_dir: Path) -> Any:
     if sweeper.get("pruner"):
         pruner = hydra.utils.instantiate(sweeper.pruner)
         link = link_to_trial(sweeper, pruner, Path(hydra_config.sweep.dir), hydra_config.job.num)
-    return SearchTrial(config.checkpoint.monitor, config.checkpoint.mode, link)
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    samples_per_step = config.data.batch_size * config.accumulate * world_size
+    return SearchTrial(config.checkpoint.monitor, config.checkpoint.mode, link, samples_per_step)
 
 
 def restore_hydra_record(run_dir: Path, before_jobs: dict[Path, RunDirBefore] | None) -> None:

@@ -63,8 +63,11 @@ class SearchTrial:
     (by ``monitor``), the values it returns to the study, and stops the job when its trial is pruned.
     Its state goes into checkpoints, so a continued job keeps what it had found."""
 
-    def __init__(self, monitor: str, mode: str, link: TrialLink | None = None) -> None:
+    def __init__(
+        self, monitor: str, mode: str, link: TrialLink | None = None, samples_per_step: int = 1
+    ) -> None:
         self.monitor, self.mode, self.link = monitor, mode, link
+        self.samples_per_step = samples_per_step
         self.best: float | None = None
         self.best_metrics: dict[str, float] = {}
         self.pruned_at: int | None = None
@@ -76,7 +79,8 @@ class SearchTrial:
         if improves(value, self.best, self.mode):
             self.best = value
             self.best_metrics = {k: float(v) for k, v in context.metrics.items() if k.startswith("val/")}
-        if self.link is not None and self.link.should_stop(value, context.step):
+        # Reported at samples seen: trials of other batch sizes are compared at the same amount of data.
+        if self.link is not None and self.link.should_stop(value, context.step * self.samples_per_step):
             self.pruned_at = context.step
             shown = f"{value:.4g}" if math.isfinite(value) else str(value)
             context.request_stop(f"pruned by the search's {self.link.pruner} ({self.monitor} {shown})")
@@ -89,4 +93,4 @@ class SearchTrial:
         return {"best": self.best, "best_metrics": dict(self.best_metrics)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.best, self.best_metrics = state["best"], dict(state["best_metrics"])
+        self.best, self.best_metrics = state.get("best"), dict(state.get("best_metrics", {}))
