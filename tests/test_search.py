@@ -66,6 +66,14 @@ def test_a_search_space_that_cannot_work_is_refused_naming_the_key(params, says)
         search_space(params, [])
 
 
+def test_only_settings_of_this_search_are_taken_back_from_the_study():
+    space = search_space({"optimizer.lr": "interval(1e-4, 1e-2)", "model.hidden": "choice([32], [64])"}, [])
+    assert space.holds({"optimizer.lr": 1e-3, "model.hidden": "[64]"})
+    assert not space.holds({"optimizer.lr": 0.5, "model.hidden": "[64]"})  # outside the interval
+    assert not space.holds({"optimizer.lr": 1e-3, "model.hidden": "[4096]"})
+    assert not space.holds({"optimizer.lr": 1e-3, "model.hidden": "[64]", "model._target_": "os.system"})
+
+
 def test_the_grid_sampler_takes_no_interval():
     with pytest.raises(ConfigError, match="the grid sampler takes choice"):
         search_space({"optimizer.lr": "interval(1e-4, 1e-2)"}, []).grid()

@@ -78,6 +78,21 @@ class SearchSpace:
     def overrides(self, params: dict[str, Any]) -> list[str]:
         return [*(f"{key}={value}" for key, value in params.items()), *self.fixed]
 
+    def holds(self, params: dict[str, Any]) -> bool:
+        """Whether ``params`` (a stored trial's, read from the study's database) are settings of this
+        search: its keys, each value one its distribution allows. Nothing else from a database becomes
+        a job's override (a stored key could name code, ``model._target_``)."""
+        if set(params) != set(self.distributions):
+            return False
+        for key, value in params.items():
+            distribution = self.distributions[key]
+            if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+                if value not in distribution.choices:
+                    return False
+            elif not isinstance(value, (int, float)) or not distribution.low <= value <= distribution.high:
+                return False
+        return True
+
     def grid(self) -> dict[str, list[Any]]:
         """The search space as a grid (for ``GridSampler``): every param a choice or a range."""
         grid = {}
@@ -299,6 +314,12 @@ class OptunaSearch:
     ) -> Any:
         """Job ``number``'s trial: the one it was interrupted in (its settings again), a new one with
         the settings of a failed attempt, or a new proposal."""
+        if earlier is not None and not space.holds(earlier.params):
+            raise ConfigError(
+                f"job {number} of {sweep_dir} ran in trial {earlier.number} with settings outside this "
+                f"search's params ({earlier.params}): the sweep directory belongs to another search; give "
+                "this one its own hydra.sweep.dir (or study)"
+            )
         if earlier is not None and earlier.state == optuna.trial.TrialState.RUNNING:
             return earlier
         attrs = {SWEEP_ATTR: str(sweep_dir), JOB_ATTR: number}
