@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import optuna
+
+from runner.search.study import JOB_ATTR, SWEEP_ATTR, open_storage, quiet_optuna, storage_url, study_name_of
 from runner.training.callbacks import Context
 from runner.training.validation import improves
 
@@ -18,7 +21,7 @@ from runner.training.validation import improves
 class TrialLink:
     """The job's trial in its study, to report to and ask whether to prune."""
 
-    trial: Any  # optuna.trial.Trial
+    trial: optuna.trial.Trial
     pruner: str  # its class name, for the messages
 
     def should_stop(self, value: float, step: int) -> bool:
@@ -30,17 +33,6 @@ class TrialLink:
 def link_to_trial(sweeper: Mapping[str, Any], pruner: Any, sweep_dir: Path, job: int) -> TrialLink | None:
     """The running trial the sweeper made for job ``job`` of ``sweep_dir`` (``sweeper``: its settings),
     judged by ``pruner``; None when the job has no running trial."""
-    import optuna
-
-    from runner.search.study import (
-        JOB_ATTR,
-        SWEEP_ATTR,
-        open_storage,
-        quiet_optuna,
-        storage_url,
-        study_name_of,
-    )
-
     quiet_optuna()
     storage = open_storage(storage_url(sweeper.get("storage"), sweep_dir))
     name = study_name_of(sweeper.get("study_name"))
