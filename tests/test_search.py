@@ -195,3 +195,22 @@ def test_the_summary_of_a_multi_objective_search_marks_its_pareto_front(tmp_path
     sweep = summarise(tmp_path)
     front = {run.name for run in sweep.runs if run.on_pareto_front}
     assert front == {"0", "1"}  # job 2 is beaten by job 0 in both; a pruned job is not a solution
+
+
+@pytest.mark.parametrize("group", ["sampler", "pruner"])
+def test_every_sampler_and_pruner_option_builds_on_the_installed_optuna(group):
+    """``hydra/sweeper/sampler=...`` and ``hydra/sweeper/pruner=...``: each option's fields are
+    arguments its Optuna class takes."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.utils import instantiate
+
+    import hydra_plugins.runner_optuna_sweeper.config  # noqa: F401 (registers the options)
+
+    options = ConfigStore.instance().repo["hydra"]["sweeper"][group]
+    assert len(options) >= 4
+    for name, entry in options.items():
+        built = instantiate(entry.node)
+        if name == "grid.yaml":
+            built = built({"optimizer.lr": [1e-3, 1e-2]})
+        base = optuna.samplers.BaseSampler if group == "sampler" else optuna.pruners.BasePruner
+        assert isinstance(built, base), name

@@ -100,13 +100,11 @@ class MedianPrunerConfig:
 
 
 @dataclass
-class PercentilePrunerConfig:
+class PercentilePrunerConfig(MedianPrunerConfig):
+    """Stops a trial whose value at a step is in the worst ``percentile`` of earlier trials there."""
+
     _target_: str = "optuna.pruners.PercentilePruner"
     percentile: float = 25.0
-    n_startup_trials: int = 5
-    n_warmup_steps: int = 0
-    interval_steps: int = 1
-    n_min_trials: int = 1
 
 
 @dataclass
