@@ -121,6 +121,10 @@ def test_a_job_keeps_the_metrics_of_its_best_validation_and_a_real_pruner_stops_
     assert second.stop_reason == "pruned by the search's MedianPruner (val/loss 0.45)"
     assert job.objectives(["val/loss", "val/acc"]) == {"val/loss": 0.4, "val/acc": 0.7}  # the best one's
 
+    per_epoch = SearchTrial("val/loss", "min")
+    context = Context(model=None, optimizer=None, log_scalar=lambda *_: None, step=90, epoch=2)
+    assert per_epoch.position(context) == 2  # batch 16 or 64, two epochs are the same data
+
     resumed = SearchTrial("val/loss", "min")
     resumed.load_state_dict(job.state_dict())  # a continued job keeps what it had found
     validation(resumed, 30, loss=float("nan"), acc=0.9)

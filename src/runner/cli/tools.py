@@ -84,9 +84,17 @@ def main_report(arguments: list[str]) -> None:
         raise SystemExit(0)
     from runner.tools.report import write_summary
 
-    if len(arguments) != 1 or not Path(arguments[0]).is_dir():
+    if len(arguments) != 1:
         got = " ".join(arguments) or "nothing"
         exit_with(ConfigError(f"report takes one directory (a sweep or a run); got {got}"))
+    if not Path(arguments[0]).is_dir():
+        what = "it is a file" if Path(arguments[0]).exists() else "there is no such directory"
+        exit_with(
+            ConfigError(
+                f"report {arguments[0]}: {what}; give a sweep's or a run's directory "
+                "(outputs/multirun/<date>/<time>-<suffix>, outputs/<date>/<time>-<suffix>)"
+            )
+        )
     directory = Path(arguments[0])
     try:
         write_summary(directory)

@@ -348,8 +348,9 @@ def search_trial(config: Any, hydra_config: Any, run_dir: Path) -> Any:
     if sweeper.get("pruner"):
         pruner = hydra.utils.instantiate(sweeper.pruner)
         link = link_to_trial(sweeper, pruner, Path(hydra_config.sweep.dir), hydra_config.job.num)
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
-    samples_per_step = config.data.batch_size * config.accumulate * world_size
+    samples_per_step = None  # it validates at epoch ends: reported at the epochs done
+    if config.trainer.val_every_n_steps is not None:
+        samples_per_step = config.data.batch_size * config.accumulate * int(os.environ.get("WORLD_SIZE", 1))
     return SearchTrial(config.checkpoint.monitor, config.checkpoint.mode, link, samples_per_step)
 
 

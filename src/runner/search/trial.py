@@ -56,10 +56,10 @@ class SearchTrial:
     Its state goes into checkpoints, so a continued job keeps what it had found."""
 
     def __init__(
-        self, monitor: str, mode: str, link: TrialLink | None = None, samples_per_step: int = 1
+        self, monitor: str, mode: str, link: TrialLink | None = None, samples_per_step: int | None = None
     ) -> None:
         self.monitor, self.mode, self.link = monitor, mode, link
-        self.samples_per_step = samples_per_step
+        self.samples_per_step = samples_per_step  # None: the job validates at the end of each epoch
         self.best: float | None = None
         self.best_metrics: dict[str, float] = {}
         self.pruned_at: int | None = None
@@ -71,11 +71,17 @@ class SearchTrial:
         if improves(value, self.best, self.mode):
             self.best = value
             self.best_metrics = {k: float(v) for k, v in context.metrics.items() if k.startswith("val/")}
-        # Reported at samples seen: trials of other batch sizes are compared at the same amount of data.
-        if self.link is not None and self.link.should_stop(value, context.step * self.samples_per_step):
+        if self.link is not None and self.link.should_stop(value, self.position(context)):
             self.pruned_at = context.step
             shown = f"{value:.4g}" if math.isfinite(value) else str(value)
             context.request_stop(f"pruned by the search's {self.link.pruner} ({self.monitor} {shown})")
+
+    def position(self, context: Context) -> int:
+        """Where the job reports to its trial: trials of other batch sizes are compared on the same
+        data. At the end of an epoch, the epochs done; between epochs, the samples seen."""
+        if self.samples_per_step is None:
+            return context.epoch
+        return context.step * self.samples_per_step
 
     def objectives(self, names: list[str]) -> dict[str, float | None]:
         """Each objective's value at the best validation (None where the run had none)."""
