@@ -324,6 +324,29 @@ def test_a_stopped_grid_sweep_continues_with_the_same_command(tmp_path):
         assert torch.equal(continued[key], tensor), key
 
 
+def test_sigterm_while_a_job_starts_stops_the_sweep_there(tmp_path):
+    """Between two jobs' training (the next one loading its data), the signal is not lost: the starting
+    job saves at its first step boundary, no other starts, the summary is written, exit 143."""
+    command = [sys.executable, "-m", "runner", "train", "-m", *TINY[:4], *SLOW,
+               "+data.dataset.seconds_to_build=3", "seed=1,2,3", "hydra.sweep.dir=sweep"]  # fmt: skip
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", **PLUGINS}
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=environment)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "sweep" / "0" / "result.json").exists() or not (tmp_path / "sweep" / "1").exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)  # job 1 is loading its data
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    assert "SIGTERM received: the sweep stops" in err and "Traceback" not in err
+    assert "jobs not run: 2 (seed=3)" in err
+    directory = tmp_path / "sweep"
+    assert torch.load(directory / "1" / "checkpoints" / "last.pt")["global_step"] == 1
+    assert [row["status"] for row in summary_rows(directory)] == ["ok", "incomplete"]
+
+
 def test_a_sweep_directory_of_another_sweep_is_refused_and_left_as_it_was(tmp_path):
     first = run_cli("train", "-m", *TINY, "seed=1,2", "hydra.sweep.dir=sweep", cwd=tmp_path)
     assert first.returncode == 0, first.stderr

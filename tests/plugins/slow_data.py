@@ -20,8 +20,12 @@ class Slow(Dataset):
         return self.inner[index]
 
 
-def slow_classification(seconds_per_item: float = 0.001, nan_sample: int | None = None, **kwargs):
-    """``nan_sample``: that training sample's first feature becomes NaN (for the non-finite guard)."""
+def slow_classification(
+    seconds_per_item: float = 0.001, nan_sample: int | None = None, seconds_to_build: float = 0.0, **kwargs
+):
+    """``nan_sample``: that training sample's first feature becomes NaN (for the non-finite guard).
+    ``seconds_to_build``: a data set slow to load (a job that is starting)."""
+    time.sleep(seconds_to_build)
     train, val = make_classification(**kwargs)
     if nan_sample is not None:
         train.tensors[0][nan_sample, 0] = float("nan")

@@ -29,6 +29,7 @@ from runner.config.errors import ConfigError
 from runner.observe.records import RESULT_FILE
 from runner.search import trials_not_run
 from runner.search.study import (
+    FIXED_ATTR,
     JOB_ATTR,
     SWEEP_ATTR,
     open_storage,
@@ -194,6 +195,115 @@ def objective_values(result: dict[str, Any], objectives: list[str]) -> list[floa
     return [float(value) for value in picked]
 
 
+def check_counts(n_trials: int, n_jobs: int, max_failure_rate: float) -> None:
+    counts = {"n_trials": n_trials, "n_jobs": n_jobs}
+    for key, value in counts.items():
+        if value < 1:
+            raise ConfigError(f"hydra.sweeper.{key}={value} is not allowed; it must be an integer >= 1")
+    if not 0.0 <= max_failure_rate <= 1.0:
+        raise ConfigError(f"hydra.sweeper.max_failure_rate={max_failure_rate} is not allowed; it must be a "
+                          "number from 0 to 1")  # fmt: skip
+
+
+def check_keys(space: SearchSpace, config: DictConfig) -> None:
+    """Each searched key is a setting of the composed config (or a config group), and each value it may
+    take is allowed: a typo fails here, before a trial is asked for."""
+    from runner.cli.hydra_app import group_names, options_of
+    from runner.config.checks import check_value
+
+    missing = object()
+    for key, distribution in space.distributions.items():
+        given = f"hydra.sweeper.params.{key}"
+        if key in group_names():
+            choices = getattr(distribution, "choices", ())
+            unknown = [c for c in choices if not isinstance(c, str) or c not in options_of(key)]
+            if unknown:
+                raise ConfigError(f"{given}: {unknown[0]} is not an option of {key}; {key} is one of "
+                                  f"{', '.join(options_of(key))}")  # fmt: skip
+            continue
+        if OmegaConf.select(config, key, default=missing) is missing:
+            raise ConfigError(f"{given}: the config has no key {key}")
+        if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+            values = [value for value in distribution.choices if not isinstance(value, str)]
+        else:
+            values = [distribution.low, distribution.high]
+        for value in values:
+            try:
+                check_value(key, value)
+            except ConfigError as error:
+                raise ConfigError(f"{given}: {error}") from None
+
+
+def build(key: str, config: Any) -> Any:
+    """A sampler or pruner from its settings; a setting its class refuses is named in one line."""
+    try:
+        return instantiate(config)
+    except Exception as error:
+        cause = error.__cause__ or error
+        raise ConfigError(f"{key}: {str(cause).splitlines()[0]}") from None
+
+
+def is_grid(sampler_config: Any) -> bool:
+    return str(sampler_config.get("_target_", "")).endswith("GridSampler")
+
+
+def open_checked_storage(url: str) -> optuna.storages.RDBStorage:
+    try:
+        return open_storage(url)
+    except Exception as error:
+        reason = str(error).splitlines()[0]
+        raise ConfigError(
+            f"hydra.sweeper.storage={url}: cannot open it ({reason}); give an Optuna storage URL such as "
+            "sqlite:///outputs/optuna.db"
+        ) from None
+
+
+def check_same_search(
+    storage: Any, name: str, directions: list[str], space: SearchSpace, sweep_dir: Path, own_only: bool
+) -> None:
+    """A study continued (this sweep directory's, or one shared by several searches) must be this
+    search's: the same directions, each searched key with a distribution its trials can share, and the
+    jobs of this sweep directory run with the same fixed settings. Else nothing is written."""
+    trials = study_trials(storage, name)
+    if not trials:
+        return
+    study = optuna.load_study(study_name=name, storage=storage)
+    held = [d.name.lower() for d in study.directions]
+    if held != directions:
+        raise ConfigError(f"hydra.sweeper.study_name={name}: the study has directions {held}, this search "
+                          f"{directions}; give it another study_name (or hydra.sweep.dir)")  # fmt: skip
+    for trial in trials:
+        for key, distribution in trial.distributions.items():
+            if key in space.distributions:
+                try:
+                    optuna.distributions.check_distribution_compatibility(
+                        distribution, space.distributions[key]
+                    )
+                except ValueError:
+                    raise ConfigError(
+                        f"hydra.sweeper.params.{key}: the study {name} searched it as {distribution}; this "
+                        "search's range is of another kind; give it another study_name (or hydra.sweep.dir)"
+                    ) from None
+    for job, trial in own_trials(study, sweep_dir, own_only).items():
+        fixed = trial.user_attrs.get(FIXED_ATTR)
+        if fixed != space.fixed or not space.holds(trial.params):
+            raise ConfigError(
+                f"job {job} of {sweep_dir} ran with {' '.join(fixed or [])} {trial.params}, not with this "
+                "search's settings: the sweep directory belongs to another search; give this one its own "
+                "hydra.sweep.dir"
+            )
+
+
+def tell_study(study: optuna.Study, number: int, **outcome: Any) -> None:
+    """The grid sampler asks the study to stop once its grid is done, which Optuna refuses outside its
+    own loop; the outcome is stored all the same."""
+    try:
+        study.tell(number, **outcome)
+    except RuntimeError as error:
+        if "Study.stop" not in str(error):
+            raise
+
+
 class OptunaSearch:
     """The sweeper's work; ``hydra_plugins.runner_optuna_sweeper`` hands Hydra's calls to it."""
 
@@ -203,14 +313,8 @@ class OptunaSearch:
         n_trials: int = 20, n_jobs: int = 1, max_failure_rate: float = 0.0,
         params: dict[str, str] | None = None,
     ) -> None:  # fmt: skip
-        if n_trials < 1 or n_jobs < 1 or not 0.0 <= max_failure_rate <= 1.0:
-            raise ConfigError(
-                f"hydra.sweeper takes n_trials >= 1, n_jobs >= 1 and max_failure_rate in [0, 1]; got "
-                f"n_trials={n_trials}, n_jobs={n_jobs}, max_failure_rate={max_failure_rate}"
-            )
         self.sampler_config, self.pruner_config = sampler, pruner
-        self.directions = directions_of(direction)
-        self.objectives_given = objectives
+        self.direction, self.objectives_given = direction, objectives
         self.storage, self.study_name = storage, study_name
         self.n_trials, self.n_jobs, self.max_failure_rate = n_trials, n_jobs, max_failure_rate
         self.params = params
@@ -223,31 +327,39 @@ class OptunaSearch:
 
     def sweep(self, arguments: list[str]) -> list[JobReturn]:
         quiet_optuna()
+        self.directions = directions_of(self.direction)
+        check_counts(self.n_trials, self.n_jobs, self.max_failure_rate)
         sweep_dir = Path(self.config.hydra.sweep.dir).resolve()
         objectives = objectives_of(self.objectives_given, self.directions, self.config)
         space = search_space(self.params, arguments)
+        check_keys(space, self.config)
         if self.pruner_config is not None and len(self.directions) > 1:
             raise ConfigError("hydra.sweeper.pruner: Optuna prunes single-objective searches only; set "
                               "hydra/sweeper/pruner=null for several objectives")  # fmt: skip
         if self.pruner_config is not None:
-            instantiate(self.pruner_config)  # a wrong setting is named now, not in every job
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            build(
+                "hydra.sweeper.pruner", self.pruner_config
+            )  # a wrong setting is named now, not in every job
+        if is_grid(self.sampler_config):
+            grid_size = math.prod(len(values) for values in space.grid().values())
+            self.n_trials = min(self.n_trials, grid_size)
         url = storage_url(self.storage, sweep_dir)
         name = study_name_of(self.study_name)
-        storage = open_storage(url)
+        # Everything is checked against what the storage already holds before anything is written.
+        storage = None
+        if self.storage is not None or (sweep_dir / "optuna.db").exists():
+            storage = open_checked_storage(url)
+            check_same_search(storage, name, self.directions, space, sweep_dir, self.storage is None)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        storage = storage or open_checked_storage(url)
         earlier = study_trials(storage, name)
         study = optuna.create_study(
             storage=storage, study_name=name, directions=self.directions, load_if_exists=True,
             sampler=self.make_sampler(space, len(earlier)),
         )  # fmt: skip
-        if [d.name.lower() for d in study.directions] != self.directions:
-            raise ConfigError(
-                f"hydra.sweeper.study_name={name}: the study in {url} has directions "
-                f"{[d.name.lower() for d in study.directions]}, this search {self.directions}; give it "
-                "another study_name"
-            )
-        mine = own_trials(study, sweep_dir)
+        self.own_only = self.storage is None  # the study in the sweep directory is this sweep's alone
+        mine = own_trials(study, sweep_dir, self.own_only)
         done = sum(1 for number in range(self.n_trials) if is_finished(mine.get(number), sweep_dir, number))
         log.info(
             "Optuna search: %d trials (%s), study %s in %s, sampler %s, pruner %s%s", self.n_trials,
@@ -294,7 +406,7 @@ class OptunaSearch:
                     "allows; see the failed jobs' train.log", failed, finished, self.max_failure_rate,
                 )  # fmt: skip
                 break
-        write_results(sweep_dir / RESULTS_FILE, study, self.directions, objectives, sweep_dir)
+        write_results(sweep_dir / RESULTS_FILE, study, self.directions, objectives, sweep_dir, self.own_only)
         return returns
 
     def make_sampler(self, space: SearchSpace, earlier_trials: int) -> optuna.samplers.BaseSampler:
@@ -304,8 +416,8 @@ class OptunaSearch:
         assert isinstance(config, dict)
         if config.get("seed") is not None and earlier_trials:
             config["seed"] = int(config["seed"]) + earlier_trials
-        sampler = instantiate(config)
-        if str(config.get("_target_", "")).endswith("GridSampler"):
+        sampler = build("hydra.sweeper.sampler", config)
+        if is_grid(self.sampler_config):
             sampler = sampler(space.grid())
         return sampler
 
@@ -314,15 +426,9 @@ class OptunaSearch:
     ) -> Any:
         """Job ``number``'s trial: the one it was interrupted in (its settings again), a new one with
         the settings of a failed attempt, or a new proposal."""
-        if earlier is not None and not space.holds(earlier.params):
-            raise ConfigError(
-                f"job {number} of {sweep_dir} ran in trial {earlier.number} with settings outside this "
-                f"search's params ({earlier.params}): the sweep directory belongs to another search; give "
-                "this one its own hydra.sweep.dir (or study)"
-            )
         if earlier is not None and earlier.state == optuna.trial.TrialState.RUNNING:
             return earlier
-        attrs = {SWEEP_ATTR: str(sweep_dir), JOB_ATTR: number}
+        attrs = {SWEEP_ATTR: str(sweep_dir), JOB_ATTR: number, FIXED_ATTR: space.fixed}
         if earlier is not None:  # failed before: the same settings, in a new trial
             study.enqueue_trial(earlier.params, user_attrs=attrs, skip_if_exists=False)
             return study.ask(space.distributions)
@@ -348,15 +454,15 @@ class OptunaSearch:
         if status == "ok":
             values = objective_values(result, objectives)
             if values is None:
-                study.tell(trial_number, state=optuna.trial.TrialState.FAIL)
+                tell_study(study, trial_number, state=optuna.trial.TrialState.FAIL)
                 return "failed"
-            study.tell(trial_number, values)
+            tell_study(study, trial_number, values=values)
             return "ok"
         if status == "pruned":
-            study.tell(trial_number, state=optuna.trial.TrialState.PRUNED)
+            tell_study(study, trial_number, state=optuna.trial.TrialState.PRUNED)
             return "pruned"
         if status == "failed":
-            study.tell(trial_number, state=optuna.trial.TrialState.FAIL)
+            tell_study(study, trial_number, state=optuna.trial.TrialState.FAIL)
             return "failed"
         return "interrupted"
 
@@ -372,10 +478,14 @@ def study_trials(storage: Any, name: str) -> list[Any]:
     return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
 
 
-def own_trials(study: optuna.Study, sweep_dir: Path) -> dict[int, Any]:
-    """This sweep directory's trials by job number (the latest attempt of each job)."""
+def own_trials(study: optuna.Study, sweep_dir: Path, own_only: bool) -> dict[int, Any]:
+    """This sweep directory's trials by job number (the latest attempt of each job). ``own_only``: the
+    study lives in the sweep directory, so its trials are this sweep's wherever the directory was moved."""
     mine: dict[int, Any] = {}
     for trial in study.get_trials(deepcopy=False):
+        if own_only and isinstance(trial.user_attrs.get(JOB_ATTR), int):
+            mine[trial.user_attrs[JOB_ATTR]] = trial
+            continue
         if trial.user_attrs.get(SWEEP_ATTR) == str(sweep_dir) and isinstance(
             trial.user_attrs.get(JOB_ATTR), int
         ):
@@ -396,7 +506,12 @@ def is_finished(trial: Any, sweep_dir: Path, number: int) -> bool:
 
 
 def write_results(
-    path: Path, study: optuna.Study, directions: list[str], objectives: list[str], sweep_dir: Path
+    path: Path,
+    study: optuna.Study,
+    directions: list[str],
+    objectives: list[str],
+    sweep_dir: Path,
+    own_only: bool,
 ) -> None:
     """``optimization_results.yaml``: the study's best trial (or its Pareto front), the job each came
     from, and the directions and objectives (the summary marks the Pareto front by them)."""
@@ -405,7 +520,7 @@ def write_results(
                                "objectives": objectives}  # fmt: skip
 
     def job_of(trial: Any) -> int | None:
-        here = trial.user_attrs.get(SWEEP_ATTR) == str(sweep_dir)
+        here = own_only or trial.user_attrs.get(SWEEP_ATTR) == str(sweep_dir)
         return trial.user_attrs.get(JOB_ATTR) if here else None
 
     if complete and len(directions) == 1:

@@ -125,6 +125,7 @@ class SweepStop:
     signal_number: int | None = None
     not_run: list[str] = field(default_factory=list)
     sweep_dir: str = ""
+    previous_handlers: dict[int, Any] = field(default_factory=dict)
 
     def skip(self, number: int, overrides: list[str]) -> None:
         varied = [o.input_line for o in parse_overrides(overrides) if o.key_or_group in self.swept]
@@ -144,6 +145,34 @@ class SweepStop:
         self.signal_number = number
         self.sweep_dir = shown_path(Path(hydra_config.sweep.dir))
         return True
+
+    def watch(self) -> None:
+        """From a sweep's first job in this process on: SIGTERM or SIGINT outside a job's training (a
+        job starting, the sweeper proposing the next) stops the sweep as it does during one. A job that
+        is starting stops at its first step boundary, no other starts; a second SIGINT aborts at once."""
+        if self.previous_handlers:
+            return
+        from runner.training.signals import stop_before_start
+
+        def handle(number: int, frame: Any) -> None:
+            if self.signal_number == signal.SIGINT and number == signal.SIGINT:
+                raise KeyboardInterrupt
+            if self.signal_number is None:
+                self.signal_number = number
+                stop_before_start(number)
+                name = signal.Signals(number).name
+                message = (
+                    f"runner: {name} received: the sweep stops; a starting job saves at its first step\n"
+                )
+                os.write(2, message.encode())
+
+        for number in (signal.SIGTERM, signal.SIGINT):
+            self.previous_handlers[number] = signal.signal(number, handle)
+
+    def unwatch(self) -> None:
+        for number, handler in self.previous_handlers.items():
+            signal.signal(number, handler)
+        self.previous_handlers.clear()
 
     def report(self) -> NoReturn:
         from runner.search import trials_not_run
@@ -180,7 +209,7 @@ def train_task(
     refused at its start leaves nothing behind: no new run directory, a resumed one as it was."""
     from runner.checkpoint.durable import WriteError
     from runner.experiment.train import NothingToTrain, train
-    from runner.observe.records import write_result
+    from runner.observe.records import RESULT_FILE, write_result
     from runner.search.continuation import OtherJobInTheWay, earlier_job
 
     hydra_config = HydraConfig.get()
@@ -190,6 +219,8 @@ def train_task(
     task_overrides = OmegaConf.to_container(hydra_config.overrides.task, resolve=False)
     started = time.time()
     sweep_stop = sweep_stop or SweepStop()
+    if in_sweep and jobs_in_this_process(hydra_config) and int(os.environ.get("WORLD_SIZE", 1)) == 1:
+        sweep_stop.watch()
     if in_sweep and sweep_stop.signal_number is not None:
         sweep_stop.skip(hydra_config.job.num, task_overrides)
         restore_hydra_record(run_dir, before_jobs)  # a job an earlier run of the sweep started
@@ -262,6 +293,8 @@ def train_task(
             if in_sweep and is_runner_search(hydra_config.sweeper):
                 search = search_trial(config, hydra_config, run_dir)
             given = found if found is not None and config.resume == str(found.path) else continuing
+            if earlier is not None:  # the result of a failed attempt; this one records its own
+                (run_dir / RESULT_FILE).unlink(missing_ok=True)
             with gpu_of_parallel_job(config.device, hydra_config) if in_sweep else nullcontext():
                 best = train(config, run_dir, build=hydra.utils.instantiate, resume_from=given,
                              added_callbacks={"search": search} if search else None)  # fmt: skip
@@ -351,7 +384,8 @@ def search_trial(config: Any, hydra_config: Any, run_dir: Path) -> Any:
     samples_per_step = None  # it validates at epoch ends: reported at the epochs done
     if config.trainer.val_every_n_steps is not None:
         samples_per_step = config.data.batch_size * config.accumulate * int(os.environ.get("WORLD_SIZE", 1))
-    return SearchTrial(config.checkpoint.monitor, config.checkpoint.mode, link, samples_per_step)
+    objectives = tuple(objectives_of_job(sweeper, config))
+    return SearchTrial(config.checkpoint.monitor, config.checkpoint.mode, link, samples_per_step, objectives)
 
 
 def restore_hydra_record(run_dir: Path, before_jobs: dict[Path, RunDirBefore] | None) -> None:
@@ -400,6 +434,7 @@ def main_train(arguments: list[str]) -> None:
         if sweep_stop.signal_number is None:
             raise
     finally:
+        sweep_stop.unwatch()
         if distributed:
             from runner.training.distributed import stop_process_group
 

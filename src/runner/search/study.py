@@ -8,6 +8,7 @@ import optuna
 
 SWEEP_ATTR = "runner_sweep_dir"  # a trial's user attributes: the sweep directory and job it ran as
 JOB_ATTR = "runner_job"
+FIXED_ATTR = "runner_fixed"  # the overrides every job of its search got (the command line's)
 DEFAULT_STUDY = "runner"
 
 

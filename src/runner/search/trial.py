@@ -12,6 +12,7 @@ from typing import Any
 
 import optuna
 
+from runner.config.errors import ConfigError
 from runner.search.study import JOB_ATTR, SWEEP_ATTR, open_storage, quiet_optuna, storage_url, study_name_of
 from runner.training.callbacks import Context
 from runner.training.validation import improves
@@ -39,7 +40,12 @@ def link_to_trial(sweeper: Mapping[str, Any], pruner: Any, sweep_dir: Path, job:
     study = optuna.load_study(
         study_name=name, storage=storage, pruner=pruner, sampler=optuna.samplers.RandomSampler()
     )
-    attrs = {SWEEP_ATTR: str(sweep_dir.resolve()), JOB_ATTR: job}
+    # A study in the sweep directory (no storage named) is this sweep's alone, wherever it was moved.
+    attrs = (
+        {JOB_ATTR: job}
+        if sweeper.get("storage") is None
+        else {SWEEP_ATTR: str(sweep_dir.resolve()), JOB_ATTR: job}
+    )
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     own = [trial for trial in running if all(trial.user_attrs.get(k) == v for k, v in attrs.items())]
     if not own:
@@ -56,9 +62,10 @@ class SearchTrial:
     Its state goes into checkpoints, so a continued job keeps what it had found."""
 
     def __init__(
-        self, monitor: str, mode: str, link: TrialLink | None = None, samples_per_step: int | None = None
-    ) -> None:
-        self.monitor, self.mode, self.link = monitor, mode, link
+        self, monitor: str, mode: str, link: TrialLink | None = None, samples_per_step: int | None = None,
+        objectives: tuple[str, ...] = (),
+    ) -> None:  # fmt: skip
+        self.monitor, self.mode, self.link, self.names = monitor, mode, link, objectives
         self.samples_per_step = samples_per_step  # None: the job validates at the end of each epoch
         self.best: float | None = None
         self.best_metrics: dict[str, float] = {}
@@ -68,6 +75,11 @@ class SearchTrial:
         value = context.metrics.get(self.monitor)
         if value is None:
             return  # the engine names a monitored metric the validation does not give
+        missing = [name for name in self.names if name not in context.metrics]
+        if missing:
+            logged = ", ".join(name for name in context.metrics if name.startswith("val/"))
+            raise ConfigError(f"hydra.sweeper.objectives names {missing[0]}, but this run's validation gives "
+                              f"only {logged}; name those")  # fmt: skip
         if improves(value, self.best, self.mode):
             self.best = value
             self.best_metrics = {k: float(v) for k, v in context.metrics.items() if k.startswith("val/")}

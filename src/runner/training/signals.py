@@ -22,6 +22,15 @@ def preemption_signal() -> signal.Signals | None:
     return getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), None)
 
 
+# A stop asked for before a run took its signals (a sweep's handler, between jobs or while a job
+# starts): the next run stops at its first step boundary.
+_pending: list[int] = []
+
+
+def stop_before_start(number: int) -> None:
+    _pending.append(number)
+
+
 class GracefulStop:
     """While active, the first stop signal only sets ``signal_number``; the loop saves and exits at
     the next step boundary. A second SIGINT aborts at once."""
@@ -53,6 +62,9 @@ class GracefulStop:
         numbers = [signal.SIGTERM, signal.SIGINT] + ([self._preemption] if self._preemption else [])
         for number in numbers:
             self._previous[number] = signal.signal(number, self._handle)
+        if _pending:
+            self.signal_number = _pending.pop()
+            _pending.clear()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
