@@ -426,3 +426,71 @@ def test_optuna_dashboard_shows_the_study_of_a_search(tmp_path):
     finally:
         dashboard.terminate()
         dashboard.wait(timeout=30)
+
+
+BAD_PRESET = """# @package _global_
+defaults:
+  - override /hydra/sweeper: optuna
+hydra:
+  sweeper:
+    params:
+      optimizer.lrr: interval(1e-4, 1e-2)
+"""
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (("hydra.sweeper.direction=up",), "hydra.sweeper.direction=up: a direction is minimize or maximize"),
+        (
+            ("hydra.sweeper.n_trials=0",),
+            "hydra.sweeper.n_trials=0 is not allowed; it must be an integer >= 1",
+        ),
+        (("hydra.sweeper.storage=bogus://nowhere",), "hydra.sweeper.storage=bogus://nowhere: cannot open it"),
+        (
+            ("hydra/sweeper/pruner=percentile", "hydra.sweeper.pruner.percentile=150"),
+            "hydra.sweeper.pruner: ",
+        ),
+        (("hydra/sweeper/sampler=grid",), "hydra.sweeper.params.optimizer.lr: the grid sampler takes choice"),
+        (("hydra.sweeper.direction=maximize",), "direction=maximize for val/loss, but checkpoint.mode=min"),
+        (("hparams_search=bad",), "hydra.sweeper.params.optimizer.lrr: the config has no key optimizer.lrr"),
+    ],
+)
+def test_a_search_that_cannot_run_is_refused_in_one_line_writing_nothing(tmp_path, overrides, says):
+    (tmp_path / "conf" / "hparams_search").mkdir(parents=True)
+    (tmp_path / "conf" / "hparams_search" / "bad.yaml").write_text(BAD_PRESET)
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+    result = run_cli("train", "-m", "hparams_search=digits_optuna", *overrides, searchpath,
+                     "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("runner: error: ") and says in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_the_grid_sampler_runs_every_combination_once(tmp_path):
+    result = run_cli(
+        "train", "-m", *SEARCH, "trainer.max_steps=4", "hydra/sweeper/sampler=grid",
+        "hydra.sweeper.n_trials=10", "optimizer.lr=choice(0.001,0.01)", "model.hidden=choice([32],[64])",
+        "hydra.sweep.dir=sweep", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = summary_rows(tmp_path / "sweep")
+    assert sorted((row["optimizer.lr"], row["model.hidden"]) for row in rows) == [
+        ("0.001", "[32]"), ("0.001", "[64]"), ("0.01", "[32]"), ("0.01", "[64]"),
+    ]  # fmt: skip
+    assert all(row["status"] == "ok" for row in rows)
+
+
+def test_a_finished_search_run_again_with_other_settings_is_refused(tmp_path):
+    first = run_cli("train", "-m", *SEARCH, "trainer.max_steps=4", "hydra.sweeper.n_trials=2",
+                    "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    before = {name: untouched(tmp_path / "sweep" / name) for name in ("0", "1")}
+    multirun = (tmp_path / "sweep" / "multirun.yaml").read_bytes()
+    other = run_cli("train", "-m", *SEARCH, "trainer.max_steps=4", "hydra.sweeper.n_trials=2", "seed=7",
+                    "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
+    assert other.returncode == 2, other.stderr
+    assert "the sweep directory belongs to another search" in other.stderr and "Traceback" not in other.stderr
+    assert {name: untouched(tmp_path / "sweep" / name) for name in ("0", "1")} == before
+    assert (tmp_path / "sweep" / "multirun.yaml").read_bytes() == multirun
