@@ -245,6 +245,43 @@ CASES: list[Case] = [
     case("sweep-dropout-1.5", f"train -m model.dropout=0.1,1.5 {QUICK}", JOB_FAILS, writes_ok=True),
     case("sweep-interval-basic-sweeper", f"train -m optimizer.lr=interval(0.001,0.1) {QUICK}"),
     case("sweep-launcher-nope", f"train -m hydra/launcher=nope seed=0,1 {QUICK}"),
+    # Optuna searches refused before anything is written.
+    case("search-direction-up", f"train -m hparams_search=digits_optuna hydra.sweeper.direction=up {QUICK}"),
+    case("search-trials-0", f"train -m hparams_search=digits_optuna hydra.sweeper.n_trials=0 {QUICK}"),
+    case(
+        "search-storage-bogus",
+        f"train -m hparams_search=digits_optuna hydra.sweeper.storage=bogus://x {QUICK}",
+    ),
+    case(
+        "search-sampler-motpe", f"train -m hparams_search=digits_optuna hydra/sweeper/sampler=motpe {QUICK}"
+    ),
+    case("search-pruner-nope", f"train -m hparams_search=digits_optuna hydra/sweeper/pruner=nope {QUICK}"),
+    case(
+        "search-percentile-150",
+        "train -m hparams_search=digits_optuna hydra/sweeper/pruner=percentile "
+        f"hydra.sweeper.pruner.percentile=150 {QUICK}",
+    ),
+    case(
+        "search-grid-over-interval",
+        f"train -m hparams_search=digits_optuna hydra/sweeper/sampler=grid {QUICK}",
+    ),
+    case(
+        "search-maximize-loss",
+        f"train -m hparams_search=digits_optuna hydra.sweeper.direction=maximize {QUICK}",
+    ),
+    case(
+        "search-two-directions",
+        f"train -m hparams_search=digits_optuna hydra.sweeper.direction=[minimize,maximize] {QUICK}",
+    ),
+    case(
+        "search-objective-without-monitor",
+        f"train -m hparams_search=digits_optuna hydra.sweeper.objectives=[val/acc] {QUICK}",
+    ),
+    case(
+        "search-pruned-multi-objective",
+        "train -m hparams_search=digits_optuna hydra/sweeper/pruner=median "
+        f"hydra.sweeper.direction=[minimize,maximize] hydra.sweeper.objectives=[val/loss,val/acc] {QUICK}",
+    ),
     # Where the run would be written.
     case("place-readonly-outputs", f"train {QUICK}", needs=("readonly_outputs",)),
     case("place-unwritable-cwd", f"train {QUICK}", needs=("unwritable_cwd",)),
