@@ -255,6 +255,10 @@ CASES: list[Case] = [
     case(
         "search-sampler-motpe", f"train -m hparams_search=digits_optuna hydra/sweeper/sampler=motpe {QUICK}"
     ),
+    case(
+        "search-pruner-group-null", f"train -m hparams_search=digits_optuna hydra/sweeper/pruner=null {QUICK}"
+    ),
+    case("search-multirun-and-cfg", f"train -m hparams_search=digits_optuna --cfg hydra {QUICK}"),
     case("search-pruner-nope", f"train -m hparams_search=digits_optuna hydra/sweeper/pruner=nope {QUICK}"),
     case(
         "search-percentile-150",

@@ -39,6 +39,8 @@ pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
         ("optimizer=lion", "optimizer=lion: no such option; optimizer is one of adam, adamw, sgd"),
         ("model=../../elsewhere", "model=../../elsewhere: no such option; model is one of char_rnn, cnn,"),
         ("model=null", "model=null: model must name one of its options: char_rnn, cnn, mlp"),
+        ("hydra/launcher=null", "hydra/launcher=null: a config group takes one of its options, not null; "),
+        ("-m seed=1,2 --cfg job", "--cfg and --multirun: give one of them"),
         ("trainer.max_step=5", "trainer.max_step=5: trainer has no key max_step; its keys: max_steps,"),
         ("model.hiden=5", "model.hiden: model has no key hiden; to add one, use +model.hiden=5"),
         ("~clip", "~clip: clip is one of runner's settings and cannot be deleted; set it instead"),

@@ -53,6 +53,11 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
         )
     for override in command_line.overrides:
         key = override.key_or_group
+        if "/" in key and not override.is_delete() and override.value() is None:  # hydra/launcher, ...
+            raise ConfigError(
+                f"{override.input_line}: a config group takes one of its options, not null; to turn a "
+                f"setting off, give its key (e.g. {key.replace('/', '.')}=null)"
+            )
         if override.is_hydra_override():
             continue
         if override.is_delete():
@@ -93,9 +98,19 @@ def options_of(group: str, command_line: CommandLine | None = None) -> list[str]
     return sorted({path.stem for folder in folders for path in (folder / group).glob("*.yaml")})
 
 
+MODES = {"-m": "--multirun", "--multirun": "--multirun", "-c": "--cfg", "--cfg": "--cfg", "-i": "--info",
+         "--info": "--info", "-r": "--run", "--run": "--run", "-sc": "--shell-completion",
+         "--shell-completion": "--shell-completion"}  # fmt: skip
+
+
 def check_cfg_flag(command_line: CommandLine) -> None:
-    """``--cfg`` takes job, hydra or all (Hydra's argument parser would print its usage instead)."""
+    """``--cfg`` takes job, hydra or all (Hydra's argument parser would print its usage instead); one
+    mode at a time (Hydra would raise)."""
     arguments = list(command_line.arguments)
+    modes = sorted({MODES[name] for name in (a.partition("=")[0] for a in arguments) if name in MODES})
+    if len(modes) > 1:
+        raise ConfigError(f"{' and '.join(modes)}: give one of them (--multirun runs a sweep; --cfg, --info "
+                          "show the config or Hydra's setup without running)")  # fmt: skip
     for index, argument in enumerate(arguments):
         name, _, value = argument.partition("=")
         if name in ("--cfg", "-c"):

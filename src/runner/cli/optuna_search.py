@@ -335,7 +335,7 @@ class OptunaSearch:
         check_keys(space, self.config)
         if self.pruner_config is not None and len(self.directions) > 1:
             raise ConfigError("hydra.sweeper.pruner: Optuna prunes single-objective searches only; set "
-                              "hydra/sweeper/pruner=null for several objectives")  # fmt: skip
+                              "hydra.sweeper.pruner=null for several objectives")  # fmt: skip
         if self.pruner_config is not None:
             build(
                 "hydra.sweeper.pruner", self.pruner_config
