@@ -326,10 +326,11 @@ class OptunaSearch:
         )
 
     def sweep(self, arguments: list[str]) -> list[JobReturn]:
+        """Check everything, open (or continue) the study, then run the jobs not yet finished, a batch
+        of ``n_jobs`` at a time, telling the study how each ended."""
         quiet_optuna()
         self.directions = directions_of(self.direction)
         check_counts(self.n_trials, self.n_jobs, self.max_failure_rate)
-        sweep_dir = Path(self.config.hydra.sweep.dir).resolve()
         objectives = objectives_of(self.objectives_given, self.directions, self.config)
         space = search_space(self.params, arguments)
         check_keys(space, self.config)
@@ -337,42 +338,57 @@ class OptunaSearch:
             raise ConfigError("hydra.sweeper.pruner: Optuna prunes single-objective searches only; set "
                               "hydra.sweeper.pruner=null for several objectives")  # fmt: skip
         if self.pruner_config is not None:
-            build(
-                "hydra.sweeper.pruner", self.pruner_config
-            )  # a wrong setting is named now, not in every job
+            build("hydra.sweeper.pruner", self.pruner_config)  # a wrong setting is named now, not in a job
         if is_grid(self.sampler_config):
-            grid_size = math.prod(len(values) for values in space.grid().values())
-            self.n_trials = min(self.n_trials, grid_size)
-        url = storage_url(self.storage, sweep_dir)
-        name = study_name_of(self.study_name)
-        # Everything is checked against what the storage already holds before anything is written.
-        storage = None
-        if self.storage is not None or (sweep_dir / "optuna.db").exists():
-            storage = open_checked_storage(url)
-            check_same_search(storage, name, self.directions, space, sweep_dir, self.storage is None)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        storage = storage or open_checked_storage(url)
-        earlier = study_trials(storage, name)
-        study = optuna.create_study(
-            storage=storage, study_name=name, directions=self.directions, load_if_exists=True,
-            sampler=self.make_sampler(space, len(earlier)),
-        )  # fmt: skip
-        self.own_only = self.storage is None  # the study in the sweep directory is this sweep's alone
-        mine = own_trials(study, sweep_dir, self.own_only)
+            self.n_trials = min(self.n_trials, math.prod(len(values) for values in space.grid().values()))
+        sweep_dir = Path(self.config.hydra.sweep.dir).resolve()
+        own_only = self.storage is None  # the study in the sweep directory is this sweep's alone
+        study = self.open_study(sweep_dir, space, own_only)
+        mine = own_trials(study, sweep_dir, own_only)
         done = sum(1 for number in range(self.n_trials) if is_finished(mine.get(number), sweep_dir, number))
         log.info(
             "Optuna search: %d trials (%s), study %s in %s, sampler %s, pruner %s%s", self.n_trials,
-            ", ".join(f"{d} {o}" for d, o in zip(self.directions, objectives, strict=True)), name, url,
-            type(study.sampler).__name__,
+            ", ".join(f"{d} {o}" for d, o in zip(self.directions, objectives, strict=True)), study.study_name,
+            storage_url(self.storage, sweep_dir), type(study.sampler).__name__,
             self.pruner_config.get("_target_", "?").rsplit(".", 1)[-1] if self.pruner_config else "none",
             f"; continuing: {done} done before" if done else "",
         )  # fmt: skip
+        returns = self.run_jobs(study, mine, sweep_dir, space, objectives)
+        write_results(sweep_dir / RESULTS_FILE, study, self.directions, objectives, sweep_dir, own_only)
+        return returns
+
+    def open_study(self, sweep_dir: Path, space: SearchSpace, own_only: bool) -> optuna.Study:
+        """The study, created or continued. What a storage already holds is checked against this search
+        before anything is written; then the sweep directory and Hydra's record of the sweep."""
+        url, name = storage_url(self.storage, sweep_dir), study_name_of(self.study_name)
+        storage = None
+        if self.storage is not None or (sweep_dir / "optuna.db").exists():
+            storage = open_checked_storage(url)
+            check_same_search(storage, name, self.directions, space, sweep_dir, own_only)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        storage = storage or open_checked_storage(url)
+        return optuna.create_study(
+            storage=storage, study_name=name, directions=self.directions, load_if_exists=True,
+            sampler=self.make_sampler(space, len(study_trials(storage, name))),
+        )  # fmt: skip
+
+    def run_jobs(
+        self,
+        study: optuna.Study,
+        mine: dict[int, Any],
+        sweep_dir: Path,
+        space: SearchSpace,
+        objectives: list[str],
+    ) -> list[JobReturn]:
+        """Jobs 0 .. n_trials-1 that have not finished, in batches of consecutive numbers. A job that
+        ends without a result (stopped by a signal) ends the search, its trial left running for the
+        same command to continue; so do more failures than ``max_failure_rate`` allows."""
         returns: list[JobReturn] = []
         failed = finished = 0
         number = 0
         while number < self.n_trials:
-            batch: list[tuple[int, Any]] = []  # (job number, trial), consecutive numbers
+            batch: list[tuple[int, Any]] = []  # (job number, trial)
             while number < self.n_trials and len(batch) < self.n_jobs:
                 earlier_trial = mine.get(number)
                 if is_finished(earlier_trial, sweep_dir, number):
@@ -389,16 +405,17 @@ class OptunaSearch:
             launched = self.launcher.launch(overrides, initial_job_idx=batch[0][0])
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)  # not a job's log
             returns += launched
-            interrupted = False
-            for (job, trial), job_return in zip(batch, launched, strict=True):
-                outcome = self.tell(study, trial.number, job_return, sweep_dir / str(job), objectives)
-                interrupted |= outcome == "interrupted"
-                failed += outcome == "failed"
-                finished += outcome in ("ok", "pruned", "failed")
-            if interrupted:
-                left = self.n_trials - number
-                if left:
-                    trials_not_run.append(f"{left} more trial(s) of the search's {self.n_trials}")
+            outcomes = [
+                self.tell(study, trial.number, job_return, sweep_dir / str(job), objectives)
+                for (job, trial), job_return in zip(batch, launched, strict=True)
+            ]
+            failed += outcomes.count("failed")
+            finished += len(outcomes) - outcomes.count("interrupted")
+            if "interrupted" in outcomes:
+                if self.n_trials > number:
+                    trials_not_run.append(
+                        f"{self.n_trials - number} more trial(s) of the search's {self.n_trials}"
+                    )
                 break
             if finished and failed / finished > self.max_failure_rate:
                 log.error(
@@ -406,7 +423,6 @@ class OptunaSearch:
                     "allows; see the failed jobs' train.log", failed, finished, self.max_failure_rate,
                 )  # fmt: skip
                 break
-        write_results(sweep_dir / RESULTS_FILE, study, self.directions, objectives, sweep_dir, self.own_only)
         return returns
 
     def make_sampler(self, space: SearchSpace, earlier_trials: int) -> optuna.samplers.BaseSampler:
