@@ -208,17 +208,23 @@ def own_trials(storage):
     return {trial.user_attrs["runner_job"]: trial for trial in study.trials}
 
 
-@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+PARALLEL = {
+    "basic": (),
+    "joblib": ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweeper.n_jobs=2"),
+    "submitit_local": ("hydra/launcher=submitit_local", "hydra.sweeper.n_jobs=2"),
+}
+
+
+@pytest.mark.parametrize("launcher", list(PARALLEL))
 def test_an_optuna_search_prunes_the_trials_that_fall_behind(tmp_path, launcher):
     """Each job reports val/loss to its trial after every validation, through the study's SQLite file in
-    the sweep directory (jobs of the joblib launcher are other processes); the pruner stops the jobs
-    behind the median, which end cleanly, say so and keep their files."""
+    the sweep directory (jobs of the joblib and submitit launchers are other processes); the pruner
+    stops the jobs behind the median, which end cleanly, say so and keep their files."""
     directory = tmp_path / "search"
-    parallel = ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweeper.n_jobs=2")
     result = run_cli(
         "train", "-m", *SEARCH, "trainer.max_steps=20", "hydra.sweeper.n_trials=6",
         "hydra/sweeper/pruner=median", "hydra.sweeper.pruner.n_startup_trials=2",
-        *(parallel if launcher == "joblib" else ()), f"hydra.sweep.dir={directory}", cwd=tmp_path,
+        *PARALLEL[launcher], f"hydra.sweep.dir={directory}", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     results = results_of(directory)
@@ -233,7 +239,11 @@ def test_an_optuna_search_prunes_the_trials_that_fall_behind(tmp_path, launcher)
     summary = (directory / "summary.md").read_text()
     for job, step in pruned.items():
         assert 0 < step < 20
-        assert f"[job {job}] pruned in " in output and f"at step {step}; best val/loss" in output
+        if launcher == "submitit_local":  # a submitit job's console is its log under .submitit/
+            said = (directory / job / "train.log").read_text()
+            assert "pruned in " in said and f"at step {step}; best val/loss" in said
+        else:
+            assert f"[job {job}] pruned in " in output and f"at step {step}; best val/loss" in output
         assert rows[job]["status"] == "pruned" and rows[job]["pruned_at_step"] == str(step)
         assert rows[job]["steps"] == str(step)
         assert f"| {job} | pruned at step {step} |" in summary
