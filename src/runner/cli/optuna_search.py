@@ -26,7 +26,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from runner.config.errors import ConfigError
-from runner.observe.records import RESULT_FILE
+from runner.observe.records import recorded_result
 from runner.search import trials_not_run
 from runner.search.study import (
     FIXED_ATTR,
@@ -175,16 +175,6 @@ def objectives_of(objectives: Sequence[str] | None, directions: list[str], confi
     return names
 
 
-def job_result(job_dir: Path) -> dict[str, Any]:
-    import json
-
-    try:
-        result = json.loads((job_dir / RESULT_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return result if isinstance(result, dict) else {}
-
-
 def objective_values(result: dict[str, Any], objectives: list[str]) -> list[float] | None:
     values = result.get("objectives") if isinstance(result.get("objectives"), dict) else {}
     if not values and len(objectives) == 1:
@@ -259,15 +249,12 @@ def open_checked_storage(url: str) -> optuna.storages.RDBStorage:
 
 
 def check_same_search(
-    storage: Any, name: str, directions: list[str], space: SearchSpace, sweep_dir: Path, own_only: bool
+    study: optuna.Study, directions: list[str], space: SearchSpace, sweep_dir: Path, own_only: bool
 ) -> None:
     """A study continued (this sweep directory's, or one shared by several searches) must be this
     search's: the same directions, each searched key with a distribution its trials can share, and the
     jobs of this sweep directory run with the same fixed settings. Else nothing is written."""
-    trials = study_trials(storage, name)
-    if not trials:
-        return
-    study = optuna.load_study(study_name=name, storage=storage)
+    name, trials = study.study_name, study.get_trials(deepcopy=False)
     held = [d.name.lower() for d in study.directions]
     if held != directions:
         raise ConfigError(f"hydra.sweeper.study_name={name}: the study has directions {held}, this search "
@@ -361,16 +348,19 @@ class OptunaSearch:
         """The study, created or continued. What a storage already holds is checked against this search
         before anything is written; then the sweep directory and Hydra's record of the sweep."""
         url, name = storage_url(self.storage, sweep_dir), study_name_of(self.study_name)
-        storage = None
+        storage, earlier = None, None
         if self.storage is not None or (sweep_dir / "optuna.db").exists():
             storage = open_checked_storage(url)
-            check_same_search(storage, name, self.directions, space, sweep_dir, own_only)
+            earlier = existing_study(storage, name)
+            if earlier is not None:
+                check_same_search(earlier, self.directions, space, sweep_dir, own_only)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         storage = storage or open_checked_storage(url)
+        earlier_trials = len(earlier.get_trials(deepcopy=False)) if earlier is not None else 0
         return optuna.create_study(
             storage=storage, study_name=name, directions=self.directions, load_if_exists=True,
-            sampler=self.make_sampler(space, len(study_trials(storage, name))),
+            sampler=self.make_sampler(space, earlier_trials),
         )  # fmt: skip
 
     def run_jobs(
@@ -463,7 +453,7 @@ class OptunaSearch:
     ) -> str:
         """Tell the study how job ended; returns ok, pruned, failed or interrupted (no result: stopped
         by a signal, its trial stays running so that the same command continues it)."""
-        result = job_result(job_dir)
+        result = recorded_result(job_dir)
         status = result.get("status")
         if job_return.status == JobStatus.FAILED and status is None:
             status = "failed"
@@ -488,10 +478,11 @@ class OptunaSearch:
             self.tell(study, trial.number, JobReturn(status=JobStatus.COMPLETED), job_dir, objectives)
 
 
-def study_trials(storage: Any, name: str) -> list[Any]:
+def existing_study(storage: Any, name: str) -> optuna.Study | None:
+    """The study ``name`` if the storage holds it (with trials or not), else None."""
     if name not in optuna.study.get_all_study_names(storage):
-        return []
-    return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+        return None
+    return optuna.load_study(study_name=name, storage=storage)
 
 
 def own_trials(study: optuna.Study, sweep_dir: Path, own_only: bool) -> dict[int, Any]:
@@ -516,7 +507,7 @@ def is_finished(trial: Any, sweep_dir: Path, number: int) -> bool:
         return False
     if trial.state in FINISHED:
         return True
-    return trial.state == optuna.trial.TrialState.RUNNING and job_result(sweep_dir / str(number)).get(
+    return trial.state == optuna.trial.TrialState.RUNNING and recorded_result(sweep_dir / str(number)).get(
         "status"
     ) in ("ok", "pruned")
 

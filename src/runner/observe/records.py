@@ -35,6 +35,16 @@ def record_split(run_dir: Path, train_set: Any, val_set: Any, test_set: Any = No
     write_text(run_dir / "data_split.json", json.dumps(split))
 
 
+def recorded_result(run_dir: Path) -> dict[str, Any]:
+    """A run's ``result.json`` as written by ``write_result``; empty where there is none (or a damaged
+    one): the run has no recorded outcome."""
+    try:
+        result = json.loads((run_dir / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return result if isinstance(result, dict) else {}
+
+
 def write_result(
     run_dir: Path,
     status: str,

@@ -13,7 +13,7 @@ import yaml
 from runner.checkpoint.locate import Found, own_checkpoint
 from runner.config.errors import UserError, show
 from runner.config.typed import flatten
-from runner.observe.records import RESULT_FILE
+from runner.observe.records import recorded_result
 
 FINISHED = ("ok", "pruned")
 
@@ -46,8 +46,6 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
 def earlier_job(run_dir: Path, config: dict[str, Any]) -> EarlierJob | None:
     """The run an earlier invocation of this sweep left in ``run_dir`` (None: none, start afresh).
     ``config``: this job's settings, which the recorded run must have had."""
-    import json
-
     recorded: dict[str, Any] | None = None
     record = run_dir / "run.yaml"
     if record.is_file():
@@ -66,8 +64,4 @@ def earlier_job(run_dir: Path, config: dict[str, Any]) -> EarlierJob | None:
             f"{', ...' if len(changed) > 3 else ''}): this sweep directory belongs to another sweep; give "
             "this one its own hydra.sweep.dir (nothing was changed there)"
         )
-    try:
-        result = json.loads((run_dir / RESULT_FILE).read_text())
-    except (OSError, ValueError):
-        result = {}
-    return EarlierJob(result if isinstance(result, dict) else {}, checkpoint)
+    return EarlierJob(recorded_result(run_dir), checkpoint)
