@@ -164,25 +164,34 @@ def test_sweeps_started_together_get_their_own_directories(tmp_path):
         assert len(summary_rows(directory)) == 1
 
 
+def sigterm_when(arguments, cwd, ready, env=None, settle=0.0):
+    """Start ``python -m runner ARGUMENTS``, send SIGTERM once ``ready()`` (and ``settle`` seconds more);
+    return its exit status and stderr."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runner", *arguments], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not ready():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    time.sleep(settle)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    return process.returncode, err
+
+
 def test_sigterm_stops_a_sweep_saving_the_running_job_and_naming_the_jobs_not_run(tmp_path):
     """The running job saves at its next step boundary; the jobs after it are not run (nothing is
     left for them); the summary covers what ran; the sweep exits 143."""
     plugins = str(REPO / "tests" / "plugins")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "runner", "train", "-m", *TINY, "trainer.max_steps=400",
-         "data.dataset._target_=slow_data.slow_classification", "+data.dataset.seconds_per_item=0.002",
-         "checkpoint.every_n_steps=1", "seed=1,2,3"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1",
-             "PYTHONPATH": plugins + os.pathsep + os.environ.get("PYTHONPATH", "")},
+    returncode, err = sigterm_when(
+        ["train", "-m", *TINY, "trainer.max_steps=400", "data.dataset._target_=slow_data.slow_classification",
+         "+data.dataset.seconds_per_item=0.002", "checkpoint.every_n_steps=1", "seed=1,2,3"],
+        tmp_path, lambda: bool(list(tmp_path.glob("outputs/multirun/*/*/0/checkpoints/step_*.pt"))),
+        env={"PYTHONPATH": plugins + os.pathsep + os.environ.get("PYTHONPATH", "")},
     )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("outputs/multirun/*/*/0/checkpoints/step_*.pt")):
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 143, err
+    assert returncode == 143, err
     assert "Traceback" not in err
     assert "the sweep was stopped by SIGTERM" in err
     assert "jobs not run: 1 (seed=2); 2 (seed=3)" in err
@@ -279,17 +288,7 @@ def test_a_multi_objective_search_summarises_its_pareto_front(tmp_path):
 def stop_during_job_1(command, cwd, env=None):
     """Start a sweep, SIGTERM it once job 0 has finished and job 1 has saved a checkpoint; return how
     it ended."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "runner", *command], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not list(cwd.glob("sweep/1/checkpoints/step_*.pt")):
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
-    return process.returncode, err
+    return sigterm_when(command, cwd, lambda: bool(list(cwd.glob("sweep/1/checkpoints/step_*.pt"))), env)
 
 
 def untouched(job_dir):
@@ -337,19 +336,14 @@ def test_a_stopped_grid_sweep_continues_with_the_same_command(tmp_path):
 def test_sigterm_while_a_job_starts_stops_the_sweep_there(tmp_path):
     """Between two jobs' training (the next one loading its data), the signal is not lost: the starting
     job saves at its first step boundary, no other starts, the summary is written, exit 143."""
-    command = [sys.executable, "-m", "runner", "train", "-m", *TINY[:4], *SLOW,
-               "+data.dataset.seconds_to_build=3", "seed=1,2,3", "hydra.sweep.dir=sweep"]  # fmt: skip
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", **PLUGINS}
-    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=environment)  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "sweep" / "0" / "result.json").exists() or not (tmp_path / "sweep" / "1").exists():
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-        time.sleep(0.05)
-    time.sleep(0.5)  # job 1 is loading its data
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 143, err
+    sweep = tmp_path / "sweep"
+    returncode, err = sigterm_when(
+        ["train", "-m", *TINY[:4], *SLOW, "+data.dataset.seconds_to_build=3", "seed=1,2,3",
+         "hydra.sweep.dir=sweep"],
+        tmp_path, lambda: (sweep / "0" / "result.json").exists() and (sweep / "1").exists(), PLUGINS,
+        settle=0.5,  # job 1 is loading its data
+    )  # fmt: skip
+    assert returncode == 143, err
     assert "SIGTERM received: the sweep stops" in err and "Traceback" not in err
     assert "jobs not run: 2 (seed=3)" in err
     directory = tmp_path / "sweep"
