@@ -60,5 +60,5 @@ def test_a_trainable_count_is_shown_when_parts_are_frozen():
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
     model[0].requires_grad_(False)
-    assert runplan.model_plan(model, None, 1) == "Sequential: 23 parameters, 8 trainable"
-    assert runplan.model_plan(model, "my.models.build", 2).endswith("(a whole copy on each process)")
+    assert runplan.model_plan(model, None) == "Sequential: 23 parameters, 8 trainable"
+    assert runplan.memory_plan(model, 2) == "parameters 92 B per process (a whole copy on each process)"

@@ -86,3 +86,57 @@ def char_rnn(
 ) -> CharRNN:  # fmt: skip
     """``input_shape`` is ``[sequence length]`` (any length works); ``num_outputs`` the vocabulary."""
     return CharRNN(num_outputs, embedding, hidden, layers, cell)
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block: causal self-attention, then an MLP, each added to its input."""
+
+    def __init__(self, width: int, heads: int, dropout: float):
+        super().__init__()
+        self.attention_norm = nn.LayerNorm(width)
+        self.attention = nn.MultiheadAttention(width, heads, dropout=dropout, batch_first=True)
+        self.mlp_norm = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width), nn.Dropout(dropout)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[1]
+        causal = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
+        normed = self.attention_norm(x)
+        x = x + self.attention(normed, normed, normed, attn_mask=causal, need_weights=False)[0]
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class CharTransformer(nn.Module):
+    """A small GPT-style model: token and position embeddings, ``layers`` identical :class:`Block`s (the
+    units ``strategy=fsdp`` shards and ``activation_checkpointing`` recomputes), a final norm and a head.
+    Returns logits as ``(N, vocabulary, T)``, like :class:`CharRNN`."""
+
+    def __init__(self, num_outputs: int, context: int, width: int, heads: int, layers: int, dropout: float):
+        super().__init__()
+        self.tokens = nn.Embedding(num_outputs, width)
+        self.positions = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads, dropout) for _ in range(layers))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, num_outputs)
+
+    def forward(self, characters: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(characters.shape[1], device=characters.device)
+        x = self.tokens(characters) + self.positions(positions)
+        for block in self.blocks:
+            x = block(x)
+        # contiguous: a sharded model's output must not be a view (FSDP2 hooks its backward on it).
+        return self.head(self.norm(x)).transpose(1, 2).contiguous()
+
+
+def char_transformer(
+    input_shape: Sequence[int], num_outputs: int, width: int = 64, heads: int = 4, layers: int = 4,
+    dropout: float = 0.0,
+) -> CharTransformer:  # fmt: skip
+    """``input_shape`` is ``[sequence length]``, the longest context; ``num_outputs`` the vocabulary."""
+    check_sizes(input_shape=input_shape, num_outputs=num_outputs, width=width, heads=heads, layers=layers)
+    check_dropout(dropout)
+    if width % heads:
+        raise ValueError(f"width={width} is not allowed with heads={heads}; width must be a multiple of it")
+    return CharTransformer(num_outputs, input_shape[0], width, heads, layers, dropout)

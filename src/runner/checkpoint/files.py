@@ -20,6 +20,7 @@ from runner.config.errors import UserError
 
 CHECKPOINT_DIR = "checkpoints"
 FORMAT_VERSION = 1
+RECORD = "runner.pt"  # in a sharded checkpoint's folder: everything but the shards (see sharded.py)
 
 
 class CheckpointError(UserError):
@@ -76,6 +77,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load with ``weights_only=True`` (never anything else): a file that carries pickled code is
     refused before any of it runs. A file whose checksum does not match its contents is refused;
     one written before checkpoints had checksums loads as it is."""
+    if is_sharded_folder(path):
+        return load_checkpoint(path / RECORD)
     try:
         if path.is_dir():
             inside = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
@@ -122,6 +125,11 @@ def _listing(names: list[str], limit: int = 6) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def shape_of(value: Any) -> list[int]:
+    """A tensor's shape, or a sharded checkpoint's placeholder's (the whole tensor's)."""
+    return list(value.shape) if isinstance(value, torch.Tensor) else list(value["shape"])
+
+
 def check_state_dict_fits(module: torch.nn.Module, state_dict: dict[str, torch.Tensor], path: Path) -> None:
     """Strict loading, with the debugging checklist's advice: name missing keys, unexpected keys and shape
     mismatches instead of a wall of text from ``load_state_dict``."""
@@ -129,9 +137,9 @@ def check_state_dict_fits(module: torch.nn.Module, state_dict: dict[str, torch.T
     missing = [key for key in expected if key not in state_dict]
     unexpected = [key for key in state_dict if key not in expected]
     mismatched = [
-        f"{key} (checkpoint {list(state_dict[key].shape)}, model {list(expected[key].shape)})"
+        f"{key} (checkpoint {shape_of(state_dict[key])}, model {list(expected[key].shape)})"
         for key in expected
-        if key in state_dict and state_dict[key].shape != expected[key].shape
+        if key in state_dict and shape_of(state_dict[key]) != list(expected[key].shape)
     ]
     problems = []
     if missing:
@@ -149,9 +157,25 @@ def check_state_dict_fits(module: torch.nn.Module, state_dict: dict[str, torch.T
         )
 
 
+def is_sharded_folder(path: Path) -> bool:
+    """A sharded checkpoint (``strategy=fsdp``): a folder that holds its record and DCP's index. Only a
+    complete one is under its own name (a save writes into ``.<name>.tmp``)."""
+    return path.is_dir() and (path / RECORD).is_file() and (path / ".metadata").is_file()
+
+
+def written_at(path: Path) -> int:
+    """When a checkpoint was written: a file's time, or its folder's record's (written last)."""
+    return (path / RECORD if path.is_dir() else path).stat().st_mtime_ns
+
+
 def checkpoint_files(folder: Path) -> list[Path]:
-    """A run's checkpoint files, newest first."""
+    """A run's checkpoints (files, and folders of sharded ones), newest first."""
     if not folder.is_dir():
         return []
-    files = [path for path in folder.glob("*.pt") if not path.name.startswith(".")]
-    return sorted(files, key=lambda path: path.stat().st_mtime_ns, reverse=True)
+    found = [
+        path for path in folder.iterdir()
+        if not path.name.startswith(".")
+        and ((path.suffix == ".pt" and path.is_file()) or is_sharded_folder(path))
+    ]  # fmt: skip
+    # last and best of one moment (hard links of one another when sharded) are equally new: last first.
+    return sorted(found, key=lambda path: (written_at(path), path.stem == "last"), reverse=True)

@@ -8,7 +8,14 @@ from typing import Any
 
 import yaml
 
-from runner.checkpoint.files import CHECKPOINT_DIR, CheckpointError, checkpoint_files, load_checkpoint
+from runner.checkpoint.files import (
+    CHECKPOINT_DIR,
+    CheckpointError,
+    checkpoint_files,
+    is_sharded_folder,
+    load_checkpoint,
+    written_at,
+)
 from runner.config.errors import ConfigError
 
 
@@ -37,10 +44,9 @@ def locate_checkpoint(request: str, outputs_dir: Path) -> Found:
     """``latest`` (newest valid checkpoint of any run under ``outputs_dir``), a run directory (its
     newest valid checkpoint) or a checkpoint file (which must be valid)."""
     if request == "latest":
+        folders = outputs_dir.glob(f"**/{CHECKPOINT_DIR}")
         candidates = sorted(
-            (p for p in outputs_dir.glob(f"**/{CHECKPOINT_DIR}/*.pt") if not p.name.startswith(".")),
-            key=lambda path: path.stat().st_mtime_ns,
-            reverse=True,
+            (path for folder in folders for path in checkpoint_files(folder)), key=written_at, reverse=True
         )
         found = newest_valid(candidates, request)
         if found is None:
@@ -49,19 +55,20 @@ def locate_checkpoint(request: str, outputs_dir: Path) -> Found:
     shown = request if len(request) <= 120 else request[:100] + f"... ({len(request)} characters)"
     try:
         path = Path(request).expanduser()
+        if path.is_file() or is_sharded_folder(path):
+            if path.resolve().parent.name != CHECKPOINT_DIR:
+                raise ConfigError(
+                    f"resume={request}: the checkpoint is not in a run's {CHECKPOINT_DIR}/ folder; a "
+                    f"checkpoint continues the run that wrote it: resume=<run dir> or "
+                    f"<run dir>/{CHECKPOINT_DIR}/NAME"
+                )
+            return Found(path.resolve(), load_checkpoint(path))
         if path.is_dir():
             folder = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
             found = newest_valid(checkpoint_files(folder), request)
             if found is None:
                 raise ConfigError(f"resume={request}: no valid checkpoint in {folder}")
             return found
-        if path.is_file():
-            if path.resolve().parent.name != CHECKPOINT_DIR:
-                raise ConfigError(
-                    f"resume={request}: the file is not in a run's {CHECKPOINT_DIR}/ folder; a checkpoint "
-                    f"continues the run that wrote it: resume=<run dir> or <run dir>/{CHECKPOINT_DIR}/FILE"
-                )
-            return Found(path.resolve(), load_checkpoint(path))
     except OSError as error:
         raise ConfigError(f"resume={shown}: {error.strerror or error}") from None
     raise ConfigError(f"resume={shown}: no such checkpoint file or run directory")

@@ -76,8 +76,47 @@ class NoCheckpoints:
         pass
 
 
+class SaveCadence:
+    """When to save and under which name, for checkpoints of either format: ``step_<N>`` every so many
+    steps or epochs, ``best`` when the monitored metric improves, ``last`` at the end. A format gives
+    ``suffix`` and ``save``/``wait``, and the fields used here."""
+
+    suffix = ".pt"
+    every_n_steps: int | None
+    every_n_epochs: int | None
+    save_best: bool
+    last_saved_step: int | None
+
+    def save(self, state: TrainState, name: str, prune: bool = False) -> Path: ...
+    def wait(self) -> None: ...
+
+    def after_step(self, state: TrainState) -> None:
+        if self.every_n_steps and state.step % self.every_n_steps == 0:
+            self.save_periodic(state)
+
+    def after_epoch(self, state: TrainState) -> None:
+        if self.every_n_epochs and state.epoch % self.every_n_epochs == 0:
+            self.save_periodic(state)
+
+    def after_validation(self, state: TrainState, improved: bool) -> None:
+        if self.save_best and improved:
+            self.save(state, f"best{self.suffix}")
+
+    def save_last(self, state: TrainState) -> Path:
+        """Written before returning: the run is about to end."""
+        path = self.save(state, f"last{self.suffix}")
+        self.wait()
+        return path
+
+    def save_periodic(self, state: TrainState) -> None:
+        if self.last_saved_step == state.step:
+            return
+        self.save(state, f"step_{state.step:08d}{self.suffix}", prune=True)
+        self.last_saved_step = state.step
+
+
 @dataclass
-class PeriodicCheckpointer:
+class PeriodicCheckpointer(SaveCadence):
     """Periodic ``step_<N>.pt`` files (the newest ``keep_last`` kept), ``best.pt`` when the monitored
     metric improves, and ``last.pt`` at the end or on interruption."""
 
@@ -104,30 +143,6 @@ class PeriodicCheckpointer:
         with writing(self.folder):
             self.folder.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(self.folder)
-
-    def after_step(self, state: TrainState) -> None:
-        if self.every_n_steps and state.step % self.every_n_steps == 0:
-            self.save_periodic(state)
-
-    def after_epoch(self, state: TrainState) -> None:
-        if self.every_n_epochs and state.epoch % self.every_n_epochs == 0:
-            self.save_periodic(state)
-
-    def after_validation(self, state: TrainState, improved: bool) -> None:
-        if self.save_best and improved:
-            self.save(state, "best.pt")
-
-    def save_last(self, state: TrainState) -> Path:
-        """Written before returning: the run is about to end."""
-        path = self.save(state, "last.pt")
-        self.wait()
-        return path
-
-    def save_periodic(self, state: TrainState) -> None:
-        if self.last_saved_step == state.step:
-            return
-        self.save(state, f"step_{state.step:08d}.pt", prune=True)
-        self.last_saved_step = state.step
 
     def save(self, state: TrainState, name: str, prune: bool = False) -> Path:
         started = time.perf_counter()

@@ -9,6 +9,8 @@ commands:
   train    train the configured experiment: python -m runner train [key=value ...]
   eval     metrics of a checkpoint: python -m runner eval ckpt=FILE [split=val|test] [device=cpu]
   report   summary table and plot of a sweep or a run: python -m runner report DIR
+  consolidate  a sharded checkpoint (strategy=fsdp) as one plain file:
+           python -m runner consolidate DIR [--output FILE]
   doctor   the debugging checklist's 8 checks on what train would build, writing nothing:
            python -m runner doctor [key=value ...] [--json]
   lr_find  learning-rate range test: python -m runner lr_find [key=value ...]
@@ -20,6 +22,7 @@ COMMANDS = {  # command: (module, function); imported only when run, so --help s
     "train": ("runner.cli.train", "main_train"),
     "eval": ("runner.cli.tools", "main_eval"),
     "report": ("runner.cli.tools", "main_report"),
+    "consolidate": ("runner.cli.tools", "main_consolidate"),
     "doctor": ("runner.cli.tools", "main_doctor"),
     "lr_find": ("runner.cli.tools", "main_lr_find"),
 }

@@ -1,4 +1,4 @@
-"""The commands besides ``train``: ``eval``, ``report``, ``doctor`` and ``lr_find``."""
+"""The commands besides ``train``: ``eval``, ``report``, ``consolidate``, ``doctor`` and ``lr_find``."""
 
 import logging
 from collections.abc import Callable
@@ -30,7 +30,8 @@ Metrics of a checkpoint (val/loss and every configured metric) on the validation
 split=test on the test split the data set returns third. The model and data are rebuilt from the
 config stored in the checkpoint; with ema, the averaged weights are evaluated. Writes nothing.
 
-  ckpt=FILE            a checkpoint, e.g. outputs/<date>/<time>-<suffix>/checkpoints/best.pt
+  ckpt=FILE            a checkpoint, e.g. outputs/<date>/<time>-<suffix>/checkpoints/best.pt, or a
+                       sharded one's folder (strategy=fsdp: checkpoints/best)
   split=val|test       which split (default val)
   device=...           where to evaluate (default auto: cuda, else mps, else cpu)
   allow_targets=A,B    _target_s of your own code the stored config may build (runner's own are
@@ -41,6 +42,16 @@ REPORT_HELP = """usage: python -m runner report DIR
 Rebuilds summary.csv, summary.md and summary.png in DIR from the files its runs wrote: DIR is a
 sweep directory (outputs/multirun/<date>/<time>-<suffix>, one row per job; unfinished jobs show as
 incomplete) or a single run directory. Prints the table.
+"""
+CONSOLIDATE_HELP = """usage: python -m runner consolidate DIR [--output FILE]
+
+Writes a sharded checkpoint (a strategy=fsdp run's checkpoints/best, last or step_<N> folder, or the
+newest one of a run directory) as one plain file that torch.load(FILE, weights_only=True) reads, with
+a plain checkpoint's keys (model_state_dict with whole tensors, optimizer_state_dict, epoch, best_val,
+...): for eval, export, or a single-GPU run. Runs in one process, without a GPU.
+
+  DIR            a sharded checkpoint folder, or a run directory
+  --output FILE  where to write (default <run dir>/consolidated/<name>.pt); an existing file is kept
 """
 LR_FIND_DIR = "hydra.run.dir=outputs/lr_find/${now:%Y-%m-%d}/${now:%H-%M-%S}-${unique_suffix:}"
 
@@ -102,6 +113,35 @@ def main_report(arguments: list[str]) -> None:
         exit_with(ConfigError(str(error)))
     print((directory / "summary.md").read_text(), end="")
     print(f"wrote {directory / 'summary.csv'}, {directory / 'summary.md'}, {directory / 'summary.png'}")
+
+
+def main_consolidate(arguments: list[str]) -> None:
+    """``python -m runner consolidate DIR [--output FILE]``."""
+    if any(argument in HELP_FLAGS for argument in arguments):
+        print(CONSOLIDATE_HELP, end="")
+        raise SystemExit(0)
+    from runner.tools.consolidate import consolidate
+
+    rest = list(arguments)
+    output = None
+    if "--output" in rest:
+        at = rest.index("--output")
+        if at + 1 >= len(rest):
+            exit_with(ConfigError("consolidate: --output takes a file name"))
+        output = Path(rest.pop(at + 1))
+        rest.pop(at)
+    if len(rest) != 1 or rest[0].startswith("-"):
+        got = " ".join(arguments) or "nothing"
+        exit_with(
+            ConfigError(
+                f"consolidate takes one checkpoint folder or run directory [--output FILE]; got {got}"
+            )
+        )
+    try:
+        folder, written = consolidate(Path(rest[0]), output)
+    except UserError as error:
+        exit_with(error)
+    print(f"wrote {written} (from {folder})")
 
 
 def checked(arguments: list[str], flags: tuple[str, ...] = ()) -> CommandLine:

@@ -82,6 +82,22 @@ class CheckpointConfig:
     monitor: str = setting("val/loss", rule=MONITOR, resume="may_change")
     mode: str = setting("min", rule=one_of("min", "max"), resume="may_change")
     save_best: bool = setting(True, rule=BOOLEAN, resume="may_change")
+    # Sharded checkpoints (strategy=fsdp) are written in the background: training goes on once the
+    # state is copied. Plain checkpoint files are always written in the background.
+    async_save: bool = setting(False, rule=BOOLEAN, resume="may_change")
+
+
+CLASS_NAMES = Rule(
+    "a list of module class names, such as [Block], or null (the model's repeated blocks)",
+    lambda v: v is None or (isinstance(v, list | tuple) and all(isinstance(x, str) and x for x in v)),
+)
+
+
+@dataclass
+class FsdpConfig:
+    # The modules sharded (and, with activation_checkpointing, recomputed) one by one, by class name;
+    # null: the model's repeated blocks (the layers of a ModuleList of one class), else the whole model.
+    wrap: list[str] | None = setting(None, rule=CLASS_NAMES)
 
 
 @dataclass
@@ -114,6 +130,12 @@ class RunConfig:
     compile: bool = setting(False, rule=BOOLEAN)
     tf32: bool = setting(True, rule=BOOLEAN)
     channels_last: bool = setting(False, rule=BOOLEAN)
+    # With several processes (torchrun, submitit tasks): a whole model per process (ddp), or each
+    # block's parameters, gradients and optimizer state sharded across them (fsdp: FSDP2).
+    strategy: str = setting("ddp", rule=one_of("ddp", "fsdp"))
+    fsdp: FsdpConfig = setting(FsdpConfig)
+    # Recompute each block's activations in backward instead of keeping them (less memory, more time).
+    activation_checkpointing: bool = setting(False, rule=BOOLEAN, resume="may_change")
     trainer: TrainerConfig = setting(TrainerConfig)
     data: DataConfig = setting(DataConfig)
     model: Any = setting(keys={"_target_": Setting()})
@@ -177,6 +199,9 @@ class RunConfig:
         ),
         resume="may_change",
     )
+    # Resume a checkpoint saved by another number of processes (sharded checkpoints are re-sharded):
+    # the data order then differs from the interrupted run's.
+    resume_reshard: bool = setting(False, rule=BOOLEAN, resume="may_change")
 
 
 # The metrics of a config that has no metrics section (one saved by a runner from before metrics were

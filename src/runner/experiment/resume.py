@@ -1,6 +1,7 @@
 """Whether a checkpoint may continue this run: the settings that change the math must match, and so
 must the number of processes. Which settings those are is declared in the schema."""
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from runner.config.schema import resume_policy
 from runner.config.typed import as_dict, flatten, typed_config
 from runner.training.schedules import named_schedule
 
+log = logging.getLogger("runner")
 ABSENT = "<absent>"
 
 
@@ -38,12 +40,22 @@ def comparable(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def check_world_size(saved: int, current: int, path: Path) -> None:
-    if saved != current:
+def check_world_size(saved: int, current: int, path: Path, reshard: bool = False) -> None:
+    """The data each process reads depends on the world size: another one continues the run, but not
+    as it would have gone; only when asked (``resume_reshard=true``), and then with a warning."""
+    if saved == current:
+        return
+    if not reshard:
         raise CheckpointError(
             f"resume={path}: saved by {saved} process(es), resumed with {current}; "
-            "the data order depends on the world size: resume with the same number"
+            "the data order depends on the world size: resume with the same number, or set "
+            "resume_reshard=true to continue anyway (the data order then differs)"
         )
+    log.warning(
+        "resume_reshard=true: %s was saved by %d process(es) and continues on %d; the weights and "
+        "optimizer state are re-sharded, but the data order differs from the interrupted run's",
+        path, saved, current,
+    )  # fmt: skip
 
 
 def check_planned_values(

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 import runner
 from runner.checkpoint.contents import Stateful, check_loadable, checkpoint_payload, restore_rng_states
@@ -25,6 +24,7 @@ from runner.config.typed import as_dict
 from runner.data.loading import StreamPosition, batches_per_epoch
 from runner.experiment.finish import Run, resume_advice
 from runner.experiment.lock import refuse_if_held, run_dir_lock
+from runner.experiment.parallel import spread_model
 from runner.experiment.resume import check_planned_values, check_resume_compatible, check_world_size
 from runner.experiment.setup import (
     Build,
@@ -39,7 +39,7 @@ from runner.observe.records import record_split, write_run_record
 from runner.observe.runplan import Built, run_plan
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
-from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job
+from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job, process_group_of_one
 from runner.training.engine import (
     Loaders,
     LoopSettings,
@@ -101,7 +101,19 @@ def train(
     """Run one experiment; return the best value of the monitored metric (what sweepers optimise).
 
     ``resume_from``: a checkpoint already found and loaded. ``added_callbacks``: callbacks by name
-    beside the config's (a search's, for its jobs)."""
+    beside the config's (a search's, for its jobs). ``strategy=fsdp`` in a single process runs in a
+    process group of one: sharded code and checkpoints are the same as on several processes."""
+    with process_group_of_one() if config.strategy == "fsdp" else nullcontext():
+        return train_in_this_process(config, run_dir, build, resume_from, added_callbacks)
+
+
+def train_in_this_process(
+    config: RunConfig,
+    run_dir: Path,
+    build: Build,
+    resume_from: Found | None = None,
+    added_callbacks: dict[str, Any] | None = None,
+) -> float | None:
     process = from_environment()
     if process.is_main:
         refuse_if_held(run_dir)  # a run still writing there is named before anything is built
@@ -110,7 +122,9 @@ def train(
     checkpoint = found.checkpoint if found else None
     if found is not None:
         check_resume_compatible(checkpoint["config"], plain_config, found.path)
-        check_world_size(checkpoint.get("world_size", 1), process.world_size, found.path)
+        check_world_size(
+            checkpoint.get("world_size", 1), process.world_size, found.path, config.resume_reshard
+        )
         check_not_finished(config, plain_config, checkpoint, found.path)
     if checkpoint is not None:
         seed = checkpoint["seed"]
@@ -119,18 +133,13 @@ def train(
     prepared = prepare(config, build, seed, process)
     device, precision, parts = prepared.device, prepared.precision, prepared.parts
     model = parts.model
-    speed = apply_speed_settings(
-        model, device, config.tf32, config.channels_last, config.compile and not process.distributed
-    )
-    forward_model, skip_grad_sync = speed.forward_model, nullcontext
-    if process.distributed:
-        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        forward_model = torch.compile(ddp) if config.compile else ddp
-        skip_grad_sync = ddp.no_sync
-    optimizer = build_optimizer(build, config, model)
+    compile_alone = config.compile and not process.distributed and config.strategy == "ddp"
+    speed = apply_speed_settings(model, device, config.tf32, config.channels_last, compile_alone)
+    spread = spread_model(config, model, speed.forward_model, device, precision.used, process)
+    optimizer = build_optimizer(build, config, model)  # after sharding: on the shards
     learner = Learner(
-        forward_model, parts.loss_fn, optimizer, precision, device, speed.channels_last, skip_grad_sync,
-        target_key=config.data.target_key, plain_model=model,
+        spread.forward_model, parts.loss_fn, optimizer, precision, device, speed.channels_last,
+        spread.skip_grad_sync, target_key=config.data.target_key, plain_model=model,
     )  # fmt: skip
     settings = loop_settings(config, build_named(build, "metrics", config.metrics))
     callbacks = Callbacks({**build_named(build, "callbacks", config.callbacks), **(added_callbacks or {})})
@@ -174,7 +183,7 @@ def train(
         device=device, precision=precision, seed=seed, model=model, optimizer=optimizer,
         loss_fn=parts.loss_fn, train_set=parts.train_set, val_set=parts.val_set, total_steps=total_steps,
         steps_per_epoch=per_epoch, run_dir=run_dir, speed_notes=speed.notes, world_size=process.world_size,
-        resumed_from=resumed_from, reapplied=found.reapplied if found else (),
+        resumed_from=resumed_from, reapplied=found.reapplied if found else (), spread_notes=spread.notes,
     ))  # fmt: skip
     log.info(plan)
     logger: MetricLogger = NullLogger()
@@ -200,12 +209,13 @@ def train(
                 record.start()  # a resume's replaces the interrupted run's
                 # Events past the checkpoint's step belong to the lost future of the interrupted run.
                 logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
-                if config.checkpoint.enabled:
-                    checkpointer = make_checkpointer(config, run_dir, stateful, logger, {
-                        "monitor": config.checkpoint.monitor, "seed": seed, "world_size": process.world_size,
-                        "config": plain_config, "label_mapping": getattr(parts.train_set, "classes", None),
-                        "planned": planned,
-                    })  # fmt: skip
+            # Sharded checkpoints are written by every process; plain ones by rank 0.
+            if config.checkpoint.enabled and (process.is_main or config.strategy == "fsdp"):
+                checkpointer = make_checkpointer(config, run_dir, stateful, logger, process, {
+                    "monitor": config.checkpoint.monitor, "seed": seed, "world_size": process.world_size,
+                    "config": plain_config, "label_mapping": getattr(parts.train_set, "classes", None),
+                    "planned": planned,
+                })  # fmt: skip
             logger.log_text("run/plan", plan)
 
             def record_end(state: TrainState) -> None:
@@ -259,8 +269,9 @@ def check_not_finished(
 
 
 def make_checkpointer(
-    config: RunConfig, run_dir: Path, stateful: Stateful, logger: MetricLogger, run_record: dict[str, Any]
-) -> PeriodicCheckpointer:
+    config: RunConfig, run_dir: Path, stateful: Stateful, logger: MetricLogger, process: ProcessInfo,
+    run_record: dict[str, Any],
+) -> Checkpointer:  # fmt: skip
     policy = config.checkpoint
 
     def payload(state: TrainState) -> dict[str, Any]:
@@ -269,6 +280,13 @@ def make_checkpointer(
             stateful, {**state.state_dict(), "stop_reason": state.stop_reason}, run_record
         )
 
+    if config.strategy == "fsdp":
+        from runner.checkpoint.sharded_saves import ShardedCheckpointer
+
+        return ShardedCheckpointer(
+            run_dir / CHECKPOINT_DIR, payload, policy.every_n_steps, policy.every_n_epochs, policy.keep_last,
+            policy.save_best, process.rank, policy.async_save, before_save=logger.flush,
+        )  # fmt: skip
     return PeriodicCheckpointer(
         run_dir / CHECKPOINT_DIR,
         payload,
@@ -282,12 +300,12 @@ def report_end(
 ) -> None:
     if checkpointer.save_seconds:
         pauses = checkpointer.save_seconds
-        writes = getattr(checkpointer, "write_seconds", None) or [0.0]
+        writes = getattr(checkpointer, "write_seconds", None)  # none: written while training paused
+        median = 1000 * statistics.median(writes) if writes else 0.0
+        background = f", writing took {median:.1f} ms (median) in the background" if writes else ""
         log.info(
-            "checkpoints: %d saves; training paused %.1f ms per save (median, max %.1f ms), "
-            "writing took %.1f ms (median) in the background",
-            len(pauses), 1000 * statistics.median(pauses), 1000 * max(pauses),
-            1000 * statistics.median(writes),
+            "checkpoints: %d saves; training paused %.1f ms per save (median, max %.1f ms)%s",
+            len(pauses), 1000 * statistics.median(pauses), 1000 * max(pauses), background,
         )  # fmt: skip
     if state.stopped_by_signal is not None:
         name = signal.Signals(state.stopped_by_signal).name

@@ -9,7 +9,7 @@ import functools
 import inspect
 import textwrap
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,24 +44,54 @@ class Built:
     world_size: int = 1
     resumed_from: str | None = None
     reapplied: Sequence[str] = ()  # a resume's overrides taken again from the run's record
+    spread_notes: dict[str, str] = field(default_factory=dict)  # strategy, activation checkpointing
+
+
+def own_class(thing: Any) -> type:
+    """The class the user built: a module ``fully_shard`` made an ``FSDP<Name>`` of is still one."""
+    cls = type(thing)
+    if cls.__bases__ and cls.__name__ == f"FSDP{cls.__bases__[-1].__name__}":
+        return cls.__bases__[-1]
+    return cls
 
 
 def named(thing: Any, target: str | None) -> str:
     """``Sequential (runner.models.mlp)``: the class built, and the ``_target_`` that built it when
     that says more."""
-    name = thing.__name__ if inspect.isroutine(thing) else type(thing).__name__
+    name = thing.__name__ if inspect.isroutine(thing) else own_class(thing).__name__
     if target and (name.startswith("_") or isinstance(thing, functools.partial)):
         return target  # a wrapper (``_partial_: true``): the target says what it is
     return name if not target or target.rsplit(".", 1)[-1] == name else f"{name} ({target})"
 
 
-def model_plan(model: torch.nn.Module, target: str | None, world_size: int) -> str:
+def model_plan(model: torch.nn.Module, target: str | None) -> str:
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     trainable_part = "all trainable" if trainable == total else f"{trainable:,} trainable"
-    counts = f"{total:,} parameters, {trainable_part}"
-    per_rank = " (a whole copy on each process)" if world_size > 1 else ""
-    return f"{named(model, target)}: {counts}{per_rank}"
+    return f"{named(model, target)}: {total:,} parameters, {trainable_part}"
+
+
+def size_text(count: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:,.1f} {unit}"
+    return f"{count} B"
+
+
+def memory_plan(model: torch.nn.Module, world_size: int) -> str:
+    """What each process holds of the parameters: its shards under FSDP (a DTensor's local part), else
+    all of them (gradients and optimizer state follow the same split)."""
+    whole = sum(p.numel() * p.element_size() for p in model.parameters())
+    local = sum(
+        (p.to_local() if hasattr(p, "to_local") else p).numel() * p.element_size() for p in model.parameters()
+    )
+    if local < whole:
+        share = f"sharded over {world_size} processes, of {size_text(whole)} in all"
+    elif world_size > 1:
+        share = "a whole copy on each process"
+    else:
+        share = "one process"
+    return f"parameters {size_text(local)} per process ({share})"
 
 
 def samples(dataset: Any) -> str:
@@ -111,15 +141,22 @@ def schedule_plan(scheduler: dict[str, Any]) -> str:
     return f"{scheduler['_target_']}, per {'optimizer step' if interval == 'step' else 'epoch'}"
 
 
-def checkpoint_plan(policy: CheckpointConfig) -> str:
+def checkpoint_plan(policy: CheckpointConfig, sharded: bool = False) -> str:
+    """Sharded checkpoints (strategy=fsdp) are folders of the same names."""
     if not policy.enabled:
         return "none (checkpoint.enabled=false: a stopped run cannot be resumed)"
     cadences = (("step", policy.every_n_steps), ("epoch", policy.every_n_epochs))
     cadence = [
         f"every {unit}" if every == 1 else f"every {every} {unit}s" for unit, every in cadences if every
     ]
-    best = f", best.pt on {policy.monitor} ({policy.mode})" if policy.save_best else ""
-    return f"{' and '.join(cadence) or 'no periodic saves'} (newest {policy.keep_last} kept){best}, last.pt"
+    suffix = "/" if sharded else ".pt"
+    best = f", best{suffix} on {policy.monitor} ({policy.mode})" if policy.save_best else ""
+    background = ", written in the background" if policy.async_save else ""
+    kind = f", sharded folders{background}" if sharded else ""
+    return (
+        f"{' and '.join(cadence) or 'no periodic saves'} (newest {policy.keep_last} kept){best}, "
+        f"last{suffix}{kind}"
+    )
 
 
 def loss_plan(loss_fn: Callable, loss: dict[str, Any]) -> str:
@@ -138,14 +175,18 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
     batch_size, accumulate, world_size = config.data.batch_size, config.accumulate, built.world_size
     limits = f"max_steps={show(config.trainer.max_steps)}, max_epochs={show(config.trainer.max_epochs)}"
     groups = parameter_groups(built.optimizer)
+    notes = built.spread_notes
     return [
-        ("model", model_plan(built.model, config.model.get("_target_"), world_size)),
+        ("model", model_plan(built.model, config.model.get("_target_"))),
         ("data", data_plan(built)),
         ("loss", loss_plan(built.loss_fn, config.loss)),
         ("optimizer", optimizer_plan(built.optimizer, config.optimizer.get("_target_"))),
         *([("parameter groups", groups)] if len(groups) > 1 else []),
         ("schedule", schedule_plan(config.scheduler)),
         ("device", str(built.device)),
+        *([("strategy", notes["strategy"])] if "strategy" in notes else []),
+        ("memory", memory_plan(built.model, world_size)),
+        *([("activation ckpt", notes["recomputed"])] if "recomputed" in notes else []),
         ("precision", precision_plan(built.precision)),
         ("seed", str(built.seed) + (" (drawn)" if config.seed is None else "")),
         (
@@ -157,7 +198,7 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
         *([("metrics", ", ".join(f"val/{name}" for name in config.metrics))] if config.metrics else []),
         *([("callbacks", ", ".join(config.callbacks))] if config.callbacks else []),
         ("clip", f"max grad norm {config.clip:g}, after backward" if config.clip else "off (norms logged)"),
-        ("checkpoints", checkpoint_plan(config.checkpoint)),
+        ("checkpoints", checkpoint_plan(config.checkpoint, config.strategy == "fsdp")),
         *([("speed", "; ".join(built.speed_notes))] if built.speed_notes else []),
         *([("resumed from", built.resumed_from)] if built.resumed_from else []),
         *([("re-applied", packed(built.reapplied, WIDTH - NAME_WIDTH - 3))] if built.reapplied else []),

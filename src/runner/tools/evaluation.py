@@ -6,7 +6,7 @@ from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any
 
-from runner.checkpoint.files import check_state_dict_fits, load_checkpoint
+from runner.checkpoint.files import check_state_dict_fits, is_sharded_folder, load_checkpoint
 from runner.config.errors import ConfigError
 from runner.config.trust import check_named, targets_in
 from runner.config.typed import as_dict, typed_config
@@ -25,6 +25,10 @@ def evaluate_checkpoint(
     """``trusted``: the ``_target_``s the checkpoint's config may name (it names code to run: a file
     from elsewhere must not run any the user did not name)."""
     checkpoint = load_checkpoint(path)
+    if is_sharded_folder(path):  # strategy=fsdp's: its shards read whole, in this one process
+        from runner.checkpoint.sharded import consolidated
+
+        checkpoint = consolidated(path, checkpoint)
     stored = checkpoint.get("config")
     if not isinstance(stored, Mapping):
         raise ConfigError(f"checkpoint {path} holds no run config; eval rebuilds the model and data from it")

@@ -7,6 +7,8 @@ without them everything here is the one-process identity, so the engine reads th
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +63,21 @@ def start_process_group() -> None:
     """gloo for CPU tensors, and nccl for CUDA ones where there is CUDA."""
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     torch_dist.init_process_group(backend=backend)
+
+
+@contextmanager
+def process_group_of_one() -> Iterator[None]:
+    """A process group of this process alone (``strategy=fsdp`` without torchrun), for as long as the
+    run lasts; under torchrun (or submitit tasks) the group is already there and stays."""
+    if torch_dist.is_initialized():
+        yield
+        return
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    torch_dist.init_process_group(backend=backend, store=torch_dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        torch_dist.destroy_process_group()
 
 
 def stop_process_group() -> None:

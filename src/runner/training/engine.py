@@ -308,6 +308,10 @@ def fit(
                     now = time.perf_counter()  # after the read above: on a GPU it waits for the step
                     scalars["perf/samples_per_sec"] = samples_since_log / max(now - last_log_time, 1e-9)
                     samples_since_log, last_log_time = 0, now
+                    if learner.device.type == "cuda":  # this process's peak so far
+                        scalars["perf/max_memory_allocated_gib"] = (
+                            torch.cuda.max_memory_allocated(learner.device) / 2**30
+                        )
                     state.last_train_loss = scalars["train/loss"]
                     hooks.logger.log_scalars(state.step, scalars)
                     progress.update(state.step, scalars)

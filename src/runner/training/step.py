@@ -27,7 +27,8 @@ class Learner:
     precision: Precision
     device: torch.device
     channels_last: bool = False  # image batches in channels-last memory format
-    # With several processes: DDP's no_sync, so gradients are averaged only on a window's last micro-batch.
+    # With several processes: DDP's no_sync (FSDP's no_gradient_sync), so gradients are reduced only on
+    # a window's last micro-batch.
     skip_grad_sync: Callable[[], AbstractContextManager] = nullcontext
     target_key: str = "labels"  # where a mapping batch holds its targets
     plain_model: nn.Module | None = None  # the module inside any wrapper (callbacks see it); default: model
@@ -66,6 +67,12 @@ def clipped_norm(grad_norm: float, max_norm: float | None) -> float:
     return grad_norm * min(max_norm / (grad_norm + 1e-6), 1.0)
 
 
+def global_norm(norm: torch.Tensor) -> torch.Tensor:
+    """A norm over sharded gradients is a DTensor (known by its ``full_tensor``, so that runs without
+    sharding need not import it): its full value is the global norm, a collective."""
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+
+
 def train_step(
     learner: Learner, window: list, clip_norm: float | None, check_finite: bool = True
 ) -> StepResult:
@@ -94,7 +101,9 @@ def train_step(
     # Clip only after backward, and under loss scaling only after unscaling.
     precision.scaler.unscale_(optimizer)
     grads = [p.grad for p in learner.trainable if p.grad is not None]
-    grad_norm_before_clip = torch.nn.utils.get_total_norm(grads)
+    # Over sharded gradients (strategy=fsdp) the global norm, the same on every process: clipping, the
+    # logged norm and the non-finite guard then decide alike everywhere.
+    grad_norm_before_clip = global_norm(torch.nn.utils.get_total_norm(grads))
     if clip_norm is not None:
         torch.nn.utils.clip_grads_with_norm_(learner.trainable, clip_norm, grad_norm_before_clip)
     groups = optimizer.param_groups

@@ -1,0 +1,69 @@
+"""How a run's model is spread over its processes (``strategy``: DDP or FSDP2) and which of its blocks
+recompute their activations (``activation_checkpointing``), with what the run plan says about it."""
+
+from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from runner.config.errors import ConfigError
+from runner.config.schema import RunConfig
+from runner.training.distributed import ProcessInfo
+
+
+@dataclass
+class Spread:
+    forward_model: nn.Module  # what a step calls: the model, or its DDP / compiled wrapper
+    skip_grad_sync: Callable[[], AbstractContextManager] = nullcontext  # inside an accumulation window
+    notes: dict[str, str] = field(default_factory=dict)  # run plan rows: strategy, activation checkpointing
+
+
+def described(blocks: list[nn.Module]) -> str:
+    """``4 blocks (Block)``."""
+    classes = Counter(type(block).__name__ for block in blocks)
+    return f"{len(blocks)} blocks ({', '.join(classes)})"
+
+
+def spread_model(
+    config: RunConfig, model: nn.Module, forward_model: nn.Module, device: torch.device,
+    precision_used: str, process: ProcessInfo,
+) -> Spread:  # fmt: skip
+    """Activation checkpointing first (it wraps the blocks' own forward), then the strategy: with
+    ``fsdp`` each block is sharded, then the root, in place (the optimizer is built after, on the
+    shards); with ``ddp`` and several processes the model is wrapped in DistributedDataParallel."""
+    fsdp = config.strategy == "fsdp"
+    notes = {}
+    blocks: list[nn.Module] = []
+    if fsdp or config.activation_checkpointing:
+        from runner.training.sharding import blocks_of
+
+        blocks = blocks_of(model, config.fsdp.wrap)
+    if config.activation_checkpointing:
+        if not blocks:
+            raise ConfigError(
+                f"activation_checkpointing=true: {type(model).__name__} has no repeated blocks (the layers "
+                "of a ModuleList of one class) to recompute; name the block class with fsdp.wrap=[Name]"
+            )
+        from runner.training.sharding import checkpoint_activations
+
+        checkpoint_activations(blocks)
+        notes["recomputed"] = f"{described(blocks)}: activations recomputed in backward"
+    if fsdp:
+        from runner.training.sharding import no_gradient_sync, shard
+
+        units = f"{described(blocks)} sharded one by one, then the rest" if blocks else "the whole model"
+        shard(model, blocks, precision_used)
+        dtype = ", bf16 compute, fp32 weights and reduction" if precision_used == "bf16" else ""
+        notes["strategy"] = f"fsdp (FSDP2): {units}, over {process.world_size} process(es){dtype}"
+        compiled = torch.compile(model) if config.compile else model
+        return Spread(compiled, lambda: no_gradient_sync(model), notes)
+    if process.distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        notes["strategy"] = f"ddp: a whole copy of the model on each of {process.world_size} processes"
+        return Spread(torch.compile(ddp) if config.compile else ddp, ddp.no_sync, notes)
+    return Spread(forward_model, nullcontext, notes)
