@@ -37,8 +37,11 @@ pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
         ("device=cpü", "device=cpü: not a valid override ("),
         ("model.hidden=[64", "model.hidden=[64: not a valid override ("),
         ("optimizer=lion", "optimizer=lion: no such option; optimizer is one of adam, adamw, sgd"),
-        ("model=../../elsewhere", "model=../../elsewhere: no such option; model is one of char_rnn, cnn,"),
-        ("model=null", "model=null: model must name one of its options: char_rnn, cnn, mlp"),
+        (
+            "model=../../elsewhere",
+            "model=../../elsewhere: no such option; model is one of char_rnn, char_transformer, cnn,",
+        ),
+        ("model=null", "model=null: model must name one of its options: char_rnn, char_transformer, cnn,"),
         ("hydra/launcher=null", "hydra/launcher=null: a config group takes one of its options, not null; "),
         ("-m seed=1,2 --cfg job", "--cfg and --multirun: give one of them"),
         ("trainer.max_step=5", "trainer.max_step=5: trainer has no key max_step; its keys: max_steps,"),

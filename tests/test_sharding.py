@@ -144,3 +144,33 @@ def test_wrong_blocks_are_one_line_errors_naming_the_key(train_here):
         ConfigError, match=r"activation_checkpointing=true: Sequential has no repeated blocks"
     ):
         train_here("data=classification", "trainer.max_steps=1", "activation_checkpointing=true")
+
+
+def test_resume_from_an_older_checkpoint_keeps_what_it_writes(train_here, capsys):
+    """Newer step folders of the abandoned future are there; the new ones are never pruned for them."""
+    run_dir = train_here(*TRANSFORMER, "strategy=fsdp", "trainer.max_steps=8", "checkpoint.keep_last=3")
+    folder = run_dir / "checkpoints"
+    train_here(*TRANSFORMER, "strategy=fsdp", f"resume={folder / 'step_00000004'}", "checkpoint.keep_last=1",
+               "checkpoint.save_best=false", run_dir=run_dir)  # fmt: skip
+    assert load_checkpoint(folder / "last")["global_step"] == 6
+    assert (folder / "step_00000006").is_dir()
+
+    # A shard that changed on disk: resume skips that checkpoint (and its other names) for a valid one.
+    shard = folder / "last" / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    found = own_checkpoint(run_dir)
+    assert found is not None and found.checkpoint["global_step"] == 8
+    assert "skipping checkpoint" in capsys.readouterr().err
+
+
+def test_the_record_file_alone_and_an_unwritable_output_are_one_line_errors(train_here, tmp_path, capsys):
+    run_dir = train_here(*TRANSFORMER, "strategy=fsdp", "trainer.max_steps=2")
+    with pytest.raises(CheckpointError, match="is the record of a sharded checkpoint"):
+        load_checkpoint(run_dir / "checkpoints" / "last" / "runner.pt")
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["consolidate", str(run_dir), "--output", str(tmp_path / "a_file" / "x.pt")])
+    assert exit_info.value.code == 2
+    assert "runner: error: consolidate: cannot write" in capsys.readouterr().err

@@ -76,9 +76,23 @@ def looks_like_torch_save(path: Path) -> bool:
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load with ``weights_only=True`` (never anything else): a file that carries pickled code is
     refused before any of it runs. A file whose checksum does not match its contents is refused;
-    one written before checkpoints had checksums loads as it is."""
+    one written before checkpoints had checksums loads as it is. A sharded checkpoint's folder gives
+    its record, once its index and every shard file are checked (the shards are read later)."""
     if is_sharded_folder(path):
-        return load_checkpoint(path / RECORD)
+        from runner.checkpoint.sharded import check_folder  # torch.distributed.checkpoint: only here
+
+        record = load_checkpoint_file(path / RECORD)
+        check_folder(path, record)
+        return record
+    if path.name == RECORD and is_sharded_folder(path.parent):
+        raise CheckpointError(
+            f"checkpoint {path} is the record of a sharded checkpoint, not a checkpoint of its own; "
+            f"give its folder, {path.parent}"
+        )
+    return load_checkpoint_file(path)
+
+
+def load_checkpoint_file(path: Path) -> dict[str, Any]:
     try:
         if path.is_dir():
             inside = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path

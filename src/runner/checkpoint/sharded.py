@@ -161,11 +161,17 @@ def check_shard_files(folder: Path, record: Mapping[str, Any]) -> None:
         )
 
 
-def read_shards(folder: Path, record: Mapping[str, Any], target: Callable[[dict], torch.Tensor]) -> Any:
-    """The record with its placeholders filled: ``target`` makes the empty tensor each one is read into
-    (a DTensor on this run's processes, or a whole tensor for one process). DCP re-shards as needed."""
+def check_folder(folder: Path, record: Mapping[str, Any]) -> None:
+    """What ``load_checkpoint`` checks of a sharded checkpoint before anything reads its shards: the
+    index holds only tensor entries, and every shard file is as it was written."""
     check_metadata(folder)
     check_shard_files(folder, record)
+
+
+def read_shards(folder: Path, record: Mapping[str, Any], target: Callable[[dict], torch.Tensor]) -> Any:
+    """The record (from ``load_checkpoint``, which checked the folder) with its placeholders filled:
+    ``target`` makes the empty tensor each one is read into (a DTensor on this run's processes, or a
+    whole tensor for one process). DCP re-shards as needed."""
     tensors = {entry[PLACEHOLDER]: target(entry) for entry in placeholders(record)}
     try:
         with warnings.catch_warnings():  # one process reads alone on purpose (consolidate, eval)

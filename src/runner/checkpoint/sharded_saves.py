@@ -74,16 +74,18 @@ class ShardedCheckpointer(SaveCadence):
         started = time.perf_counter()
         final = self.folder / name
         if self._saved is not None and self._saved[0] == state:  # best and step_N of one moment
-            self.wait()
-            if self.rank == 0:
+            self.settle()
+            # Every process takes this branch alike; rank 0 links, unless that moment's save failed
+            # (the failure is kept, and stops every process at this step).
+            if self.rank == 0 and self._saved[1].is_dir():
                 with writing(final):
                     link_folder(self._saved[1], self.temporary(name), final)
                     self.last_written = final
                     if prune:
-                        self.prune()
+                        self.prune(keep=final)
         else:
             self.before_save()
-            self.wait()
+            self.settle()
             record, tensors = split_sharded(self.payload(state))
             record = snapshot(record)  # the plain part, copied: training goes on changing it
             temporary = self.temporary(name)
@@ -92,7 +94,7 @@ class ShardedCheckpointer(SaveCadence):
             self._saved = (copy.deepcopy(state), final)
             self._in_flight = self._committer.submit(self._finish, written, record, temporary, final, prune)
             if not self.background:
-                self.wait()
+                self.settle()
         self.save_seconds.append(time.perf_counter() - started)
         return final
 
@@ -108,18 +110,25 @@ class ShardedCheckpointer(SaveCadence):
                     commit(record, temporary, final)
                     self.last_written = final
                     if prune:
-                        self.prune()
+                        self.prune(keep=final)
         except BaseException as error:
             self._failure = error
             raise
         if self.background:
             self.write_seconds.append(time.perf_counter() - started)
 
-    def wait(self) -> None:
-        """Finish the save in flight; a failed write is raised here."""
+    def settle(self) -> None:
+        """Finish the save in flight without raising: a failed write (on rank 0 alone) is kept in
+        ``failure()``, which the loop reads at the step boundary so that every process stops there."""
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is not None:
-            in_flight.result()
+            in_flight.exception()
+
+    def wait(self) -> None:
+        """Finish the save in flight; a failed write, now or earlier, is raised here (the run ends)."""
+        self.settle()
+        if self._failure is not None:
+            raise self._failure
 
     def failure(self) -> BaseException | None:
         return self._failure
@@ -130,12 +139,13 @@ class ShardedCheckpointer(SaveCadence):
         finally:
             self._committer.shutdown()
 
-    def prune(self) -> None:
-        """Rank 0, after the new folder is in place: all but the newest ``keep_last`` periodic ones go."""
+    def prune(self, keep: Path) -> None:
+        """Rank 0, after ``keep`` (the new folder) is in place: all but the newest ``keep_last`` periodic
+        ones go, never ``keep`` itself (a resume from an older step may find higher numbers there)."""
         periodic = sorted(
             (int(match.group(1)), path)
             for path in self.folder.iterdir()
-            if path.is_dir() and (match := PERIODIC_FOLDER.fullmatch(path.name))
+            if path.is_dir() and (match := PERIODIC_FOLDER.fullmatch(path.name)) and path != keep
         )
-        for _, path in periodic[: -self.keep_last]:
+        for _, path in periodic[: max(len(periodic) - (self.keep_last - 1), 0)]:
             shutil.rmtree(path, ignore_errors=True)

@@ -8,6 +8,7 @@ process group, no GPU.
 
 from pathlib import Path
 
+from runner.checkpoint.durable import writing
 from runner.checkpoint.files import (
     CHECKPOINT_DIR,
     CheckpointError,
@@ -45,11 +46,17 @@ def consolidate(source: Path, output: Path | None = None) -> tuple[Path, Path]:
     a resume still continues from the sharded folders); return the folder and the file. An existing
     file is not replaced."""
     folder = sharded_checkpoint(source)
-    output = output or folder.parent.parent / "consolidated" / f"{folder.name}.pt"
+    if output is None and folder.parent.name == CHECKPOINT_DIR:
+        output = folder.parent.parent / "consolidated" / f"{folder.name}.pt"
+    output = output or folder.with_suffix(".pt")  # a folder outside a run: beside it
     if output.exists():
         raise CheckpointError(f"consolidate: {output} already exists; remove it or give --output FILE")
     payload = consolidated(folder, load_checkpoint(folder))
     payload.pop(FILE_CHECKSUMS, None)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    atomic_save(payload, output)
+    try:
+        with writing(output):
+            output.parent.mkdir(parents=True, exist_ok=True)
+            atomic_save(payload, output)
+    except OSError as error:  # a path that cannot be a file (a refused write is a WriteError already)
+        raise CheckpointError(f"consolidate: cannot write {output} ({error.strerror or error})") from None
     return folder, output
