@@ -77,13 +77,9 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load with ``weights_only=True`` (never anything else): a file that carries pickled code is
     refused before any of it runs. A file whose checksum does not match its contents is refused;
     one written before checkpoints had checksums loads as it is. A sharded checkpoint's folder gives
-    its record, once its index and every shard file are checked (the shards are read later)."""
+    its record (``sharded.py`` checks and reads the shards)."""
     if is_sharded_folder(path):
-        from runner.checkpoint.sharded import check_folder  # torch.distributed.checkpoint: only here
-
-        record = load_checkpoint_file(path / RECORD)
-        check_folder(path, record)
-        return record
+        return load_checkpoint_file(path / RECORD)
     if path.name == RECORD and is_sharded_folder(path.parent):
         raise CheckpointError(
             f"checkpoint {path} is the record of a sharded checkpoint, not a checkpoint of its own; "

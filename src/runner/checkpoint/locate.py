@@ -30,11 +30,21 @@ class Found:
         return self.path.parent.parent
 
 
+def checked_load(path: Path) -> dict[str, Any]:
+    """A checkpoint file, or a sharded checkpoint's record once its index and shard files are checked."""
+    checkpoint = load_checkpoint(path)
+    if is_sharded_folder(path):
+        from runner.checkpoint.sharded import check_folder  # torch.distributed.checkpoint: only here
+
+        check_folder(path, checkpoint)
+    return checkpoint
+
+
 def newest_valid(candidates: list[Path], request: str) -> Found | None:
     """The first candidate that loads; each one skipped is reported."""
     for path in candidates:
         try:
-            return Found(path.resolve(), load_checkpoint(path))
+            return Found(path.resolve(), checked_load(path))
         except CheckpointError as error:
             print(f"runner: warning: resume={request}: skipping {error}", file=sys.stderr)
     return None
@@ -62,7 +72,7 @@ def locate_checkpoint(request: str, outputs_dir: Path) -> Found:
                     f"checkpoint continues the run that wrote it: resume=<run dir> or "
                     f"<run dir>/{CHECKPOINT_DIR}/NAME"
                 )
-            return Found(path.resolve(), load_checkpoint(path))
+            return Found(path.resolve(), checked_load(path))
         if path.is_dir():
             folder = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
             found = newest_valid(checkpoint_files(folder), request)

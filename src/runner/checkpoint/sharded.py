@@ -162,14 +162,14 @@ def check_shard_files(folder: Path, record: Mapping[str, Any]) -> None:
 
 
 def check_folder(folder: Path, record: Mapping[str, Any]) -> None:
-    """What ``load_checkpoint`` checks of a sharded checkpoint before anything reads its shards: the
-    index holds only tensor entries, and every shard file is as it was written."""
+    """Before anything reads a sharded checkpoint's shards (when a resume finds it, or consolidate and
+    eval read it): the index holds only tensor entries, and every shard file is as it was written."""
     check_metadata(folder)
     check_shard_files(folder, record)
 
 
 def read_shards(folder: Path, record: Mapping[str, Any], target: Callable[[dict], torch.Tensor]) -> Any:
-    """The record (from ``load_checkpoint``, which checked the folder) with its placeholders filled:
+    """The record (of a folder :func:`check_folder` passed) with its placeholders filled:
     ``target`` makes the empty tensor each one is read into (a DTensor on this run's processes, or a
     whole tensor for one process). DCP re-shards as needed."""
     tensors = {entry[PLACEHOLDER]: target(entry) for entry in placeholders(record)}
@@ -184,7 +184,8 @@ def read_shards(folder: Path, record: Mapping[str, Any], target: Callable[[dict]
 
 
 def load_sharded(folder: Path, record: Mapping[str, Any], model: torch.nn.Module) -> Any:
-    """For a resume: the shards re-sharded over this run's processes, as the model's own parameters are."""
+    """For a resume (``locate`` checked the folder when it found it): the shards re-sharded over this
+    run's processes, as the model's own parameters are."""
     mesh = next(p.device_mesh for p in model.parameters() if isinstance(p, DTensor))
 
     def target(entry: dict) -> torch.Tensor:
@@ -196,6 +197,7 @@ def load_sharded(folder: Path, record: Mapping[str, Any], model: torch.nn.Module
 
 def consolidated(folder: Path, record: Mapping[str, Any]) -> Any:
     """For one process: every tensor whole, on the CPU (a plain checkpoint's contents)."""
+    check_folder(folder, record)
     return read_shards(
         folder, record, lambda entry: torch.empty(entry["shape"], dtype=dtype_named(entry["dtype"], folder))
     )
