@@ -144,3 +144,15 @@ def test_compiled_runs_save_plain_keys():
     fresh.load_state_dict(payload["model_state_dict"])  # strict, no prefixes
     plan_again = apply_speed_settings(fresh, torch.device("cpu"), True, False, True)
     plan_again.forward_model._orig_mod.load_state_dict(payload["model_state_dict"])
+
+
+def test_the_periodic_file_just_written_is_never_pruned(tmp_path):
+    """A run resumed from an older step finds higher-numbered files of the future it abandoned."""
+    atomic_save({"global_step": 10}, tmp_path / "step_00000010.pt")
+    checkpointer = PeriodicCheckpointer(
+        tmp_path, lambda state: {"global_step": state.step}, every_n_steps=2, every_n_epochs=None,
+        keep_last=1, save_best=False,
+    )  # fmt: skip
+    checkpointer.after_step(TrainState(step=2))
+    checkpointer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000002.pt"]

@@ -104,12 +104,11 @@ class Stateful:
     def load_state_dicts(self, checkpoint: Mapping[str, Any], path: Path) -> None:
         """Strictly: a model or optimizer that does not fit is named, not half-loaded. A sharded
         checkpoint's record (``sharded.py``) has its shards read first, re-sharded as the model is."""
+        check_state_dict_fits(self.model, checkpoint["model_state_dict"], path)  # placeholders have shapes
         if path.is_dir():
             from runner.checkpoint.sharded import load_sharded  # torch.distributed.checkpoint: only here
 
-            check_state_dict_fits(self.model, checkpoint["model_state_dict"], path)  # before reading shards
             checkpoint = load_sharded(path, checkpoint, self.model)
-        check_state_dict_fits(self.model, checkpoint["model_state_dict"], path)
         self.model.load_state_dict(checkpoint["model_state_dict"])
         try:
             self.optimizer.load_state_dict(checkpoint["optimizer_state_dict"])

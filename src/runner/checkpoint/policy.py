@@ -76,6 +76,17 @@ class NoCheckpoints:
         pass
 
 
+def stale_periodic(folder: Path, pattern: re.Pattern, keep: Path, keep_last: int) -> list[Path]:
+    """The periodic checkpoints (``step_<N>``) to remove so that the newest ``keep_last`` stay, ``keep``
+    (the one just written) always among them: a resume from an older step may find higher numbers."""
+    periodic = sorted(
+        (int(match.group(1)), path)
+        for path in folder.iterdir()
+        if (match := pattern.fullmatch(path.name)) and path != keep
+    )
+    return [path for _, path in periodic[: max(len(periodic) - (keep_last - 1), 0)]]
+
+
 class SaveCadence:
     """When to save and under which name, for checkpoints of either format: ``step_<N>`` every so many
     steps or epochs, ``best`` when the monitored metric improves, ``last`` at the end. A format gives
@@ -181,18 +192,13 @@ class PeriodicCheckpointer(SaveCadence):
             self.last_written = path
             if prune:
                 with writing(self.folder):
-                    self.prune()
+                    self.prune(keep=path)
         except BaseException as error:
             self._failure = error
             raise
         self.write_seconds.append(time.perf_counter() - started)
 
-    def prune(self) -> None:
-        """Only after the new file is safely in place: drop all but the newest ``keep_last``."""
-        periodic = sorted(
-            (int(match.group(1)), path)
-            for path in self.folder.iterdir()
-            if (match := PERIODIC_NAME.fullmatch(path.name))
-        )
-        for _, path in periodic[: -self.keep_last]:
+    def prune(self, keep: Path) -> None:
+        """Only after ``keep`` (the new file) is safely in place."""
+        for path in stale_periodic(self.folder, PERIODIC_NAME, keep, self.keep_last):
             path.unlink(missing_ok=True)

@@ -22,7 +22,7 @@ from typing import Any
 import torch.distributed as torch_dist
 
 from runner.checkpoint.durable import remove_stale_temporaries, writing
-from runner.checkpoint.policy import SaveCadence, snapshot
+from runner.checkpoint.policy import SaveCadence, snapshot, stale_periodic
 from runner.checkpoint.sharded import clean_folder, commit, link_folder, split_sharded, write_shards
 from runner.training.state import TrainState
 
@@ -140,12 +140,6 @@ class ShardedCheckpointer(SaveCadence):
             self._committer.shutdown()
 
     def prune(self, keep: Path) -> None:
-        """Rank 0, after ``keep`` (the new folder) is in place: all but the newest ``keep_last`` periodic
-        ones go, never ``keep`` itself (a resume from an older step may find higher numbers there)."""
-        periodic = sorted(
-            (int(match.group(1)), path)
-            for path in self.folder.iterdir()
-            if path.is_dir() and (match := PERIODIC_FOLDER.fullmatch(path.name)) and path != keep
-        )
-        for _, path in periodic[: max(len(periodic) - (self.keep_last - 1), 0)]:
+        """Rank 0, after ``keep`` (the new folder) is in place."""
+        for path in stale_periodic(self.folder, PERIODIC_FOLDER, keep, self.keep_last):
             shutil.rmtree(path, ignore_errors=True)

@@ -37,8 +37,8 @@ def spread_model(
     fsdp = config.strategy == "fsdp"
     notes = {}
     blocks: list[nn.Module] = []
-    if fsdp or config.activation_checkpointing:
-        from runner.training.sharding import blocks_of
+    if fsdp or config.activation_checkpointing:  # FSDP2's modules are imported only here: 1 s of start-up
+        from runner.training.sharding import blocks_of, checkpoint_activations, no_gradient_sync, shard
 
         blocks = blocks_of(model, config.fsdp.wrap)
     if config.activation_checkpointing:
@@ -47,13 +47,9 @@ def spread_model(
                 f"activation_checkpointing=true: {type(model).__name__} has no repeated blocks (the layers "
                 "of a ModuleList of one class) to recompute; name the block class with fsdp.wrap=[Name]"
             )
-        from runner.training.sharding import checkpoint_activations
-
         checkpoint_activations(blocks)
         notes["recomputed"] = f"{described(blocks)}: activations recomputed in backward"
     if fsdp:
-        from runner.training.sharding import no_gradient_sync, shard
-
         units = f"{described(blocks)} sharded one by one, then the rest" if blocks else "the whole model"
         shard(model, blocks, precision_used)
         dtype = ", bf16 compute, fp32 weights and reduction" if precision_used == "bf16" else ""

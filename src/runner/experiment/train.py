@@ -301,8 +301,11 @@ def report_end(
     if checkpointer.save_seconds:
         pauses = checkpointer.save_seconds
         writes = getattr(checkpointer, "write_seconds", None)  # none: written while training paused
-        median = 1000 * statistics.median(writes) if writes else 0.0
-        background = f", writing took {median:.1f} ms (median) in the background" if writes else ""
+        background = (
+            f", writing took {1000 * statistics.median(writes):.1f} ms (median) in the background"
+            if writes
+            else ""
+        )
         log.info(
             "checkpoints: %d saves; training paused %.1f ms per save (median, max %.1f ms)%s",
             len(pauses), 1000 * statistics.median(pauses), 1000 * max(pauses), background,

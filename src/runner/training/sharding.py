@@ -13,7 +13,6 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
 from runner.config.errors import ConfigError
@@ -95,12 +94,3 @@ def no_gradient_sync(model: nn.Module) -> Iterator[None]:
         yield
     finally:
         model.set_requires_gradient_sync(True)
-
-
-def local_parameter_bytes(model: nn.Module) -> int:
-    """What this process holds of the parameters: its shards under FSDP, else the whole model."""
-    total = 0
-    for parameter in model.parameters():
-        local = parameter.to_local() if isinstance(parameter, DTensor) else parameter
-        total += local.numel() * local.element_size()
-    return total
