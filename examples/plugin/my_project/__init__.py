@@ -7,7 +7,20 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 
+class TwoLayerNet(nn.Module):
+    """A hidden ReLU layer: enough to separate XOR, which no linear model can."""
+
+    def __init__(self, input_shape: list[int], num_outputs: int, hidden: int = 16):
+        super().__init__()
+        self.hidden = nn.Linear(math.prod(input_shape), hidden)
+        self.out = nn.Linear(hidden, num_outputs)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.hidden(inputs.flatten(1))))
+
+
 def linear_classifier(input_shape: list[int], num_outputs: int) -> nn.Module:
+    """A linear model: on XOR it stays at chance, what a hidden layer fixes (``model=two_layer``)."""
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_outputs))
 
 
