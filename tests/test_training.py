@@ -62,14 +62,17 @@ def test_accumulation_scheduler_and_drawn_seed(train_here, caplog):
     assert [step for step, _ in scalars["val/loss"]] == [2, 4]
 
 
-def test_readme_plugin_example(train_here, monkeypatch):
-    """The README's worked example: a user's own model and data from their own folder."""
+@pytest.mark.parametrize("model", ["two_layer", "linear"])
+def test_readme_plugin_example(train_here, monkeypatch, model):
+    """The README's worked example: a user's own model and data from their own folder, found by an
+    absolute search path too (tests/test_docs.py runs the README's own lines)."""
     plugin = REPO / "examples" / "plugin"
     monkeypatch.syspath_prepend(str(plugin))
-    run_dir = train_here(f"hydra.searchpath=[file://{plugin / 'conf'}]", "data=xor", "model=linear",
+    run_dir = train_here(f"hydra.searchpath=[file://{plugin / 'conf'}]", "data=xor", f"model={model}",
                          "trainer.max_epochs=2")  # fmt: skip
     config = yaml.safe_load((run_dir / "run.yaml").read_text())
-    assert config["model"]["_target_"] == "my_project.linear_classifier"
+    targets = {"two_layer": "my_project.TwoLayerNet", "linear": "my_project.linear_classifier"}
+    assert config["model"]["_target_"] == targets[model]
     assert config["loss"]["_target_"] == "torch.nn.CrossEntropyLoss"
     assert "val/acc" in read_scalars(run_dir)
 

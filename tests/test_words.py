@@ -110,31 +110,42 @@ def test_hydra_help_of_each_command_names_it_and_names_things_by_what_they_are(c
     assert not list(tmp_path.iterdir())  # a help writes nothing
 
 
+def docs_page(name: str) -> str:
+    """A page of the reference in ``docs/``."""
+    return (REPO / "docs" / name).read_text()
+
+
 def test_every_stated_number_of_checks_is_the_number_doctor_runs(capsys):
-    """The usage line and the README say how many checks the checklist has; doctor runs ``CHECKS``."""
+    """The usage line, the README and the docs say how many checks the checklist has; doctor runs
+    ``CHECKS``, and the doctor page numbers each one."""
     usage = help_of(capsys, "--help")
-    readme = (REPO / "README.md").read_text()
-    stated = [match[1].lower() for text in (usage, readme) for match in CHECK_COUNT.finditer(text)]
-    assert stated, "the usage and the README state the checklist's size"
+    texts = [usage, (REPO / "README.md").read_text(), *(p.read_text() for p in (REPO / "docs").glob("*.md"))]
+    stated = [match[1].lower() for text in texts for match in CHECK_COUNT.finditer(text)]
+    assert stated, "the usage and the docs state the checklist's size"
     assert [int(NUMBER_WORDS.get(word, word)) for word in stated] == [len(CHECKS)] * len(stated)
-    section = readme.split("## When training breaks: `runner doctor`")[1].split("It prints a table")[0]
+    doctor = docs_page("doctor.md")
+    assert CHECK_COUNT.search(doctor), "the doctor page states the checklist's size"
+    section = doctor.split("# When training breaks: `runner doctor`")[1].split("It prints a table")[0]
     numbered = re.findall(r"^(\d+)\. ", section, flags=re.MULTILINE)
     assert numbered == [str(number) for number in range(1, len(CHECKS) + 1)]
 
 
-def checkpoint_examples(readme: str) -> list[str]:
-    return re.findall(r"\bstep_\d+\.pt\b", readme)
+def checkpoint_examples(text: str) -> list[str]:
+    return re.findall(r"\bstep_\d+\.pt\b", text)
 
 
-def test_readme_names_periodic_checkpoints_by_example_not_as_step_n():
-    """``step_<N>.pt`` reads as ``step_45.pt``; the files are zero-padded, and the README shows one
-    (its length is checked against written files in the slow table test)."""
+def test_readme_and_docs_name_periodic_checkpoints_by_example_not_as_step_n():
+    """``step_<N>.pt`` reads as ``step_45.pt``; the files are zero-padded, and the README and the
+    checkpoints page show one (its length is checked against written files in the slow table test)."""
     from runner.checkpoint.policy import PERIODIC_NAME
 
-    readme = (REPO / "README.md").read_text()
-    examples = checkpoint_examples(readme)
-    assert examples and all(PERIODIC_NAME.fullmatch(name) for name in examples)
-    assert "step_<N>.pt" not in readme
+    pages = {"README.md": (REPO / "README.md").read_text(), "checkpoints.md": docs_page("checkpoints.md")}
+    pages |= {path.name: path.read_text() for path in (REPO / "docs").glob("*.md")}
+    for name in ("README.md", "checkpoints.md"):
+        assert checkpoint_examples(pages[name]), name
+    for name, text in pages.items():
+        assert all(PERIODIC_NAME.fullmatch(example) for example in checkpoint_examples(text)), name
+        assert "step_<N>.pt" not in text, name
 
 
 @pytest.mark.slow
@@ -155,14 +166,14 @@ def test_an_optuna_sweep_writes_no_colour_codes_where_output_is_not_a_terminal(t
     assert [path for path in text_files if ANSI.search(path.read_text())] == []
 
 
-def table_rows(readme: str, after: str, before: str) -> list[str]:
-    """The first column of the README's table of files between two headings or phrases."""
-    table = readme.split(after)[1].split(before)[0]
+def table_rows(text: str, after: str, before: str) -> list[str]:
+    """The first column of a docs page's table of files between two headings or phrases."""
+    table = text.split(after)[1].split(before)[0]
     return re.findall(r"^\| `([^`]+)`", table, flags=re.MULTILINE)
 
 
 def matches(row: str, name: str) -> bool:
-    """Whether a README row (``result.json``, ``checkpoints/``, ``events.out.tfevents.<time>...``)
+    """Whether a docs table's row (``result.json``, ``checkpoints/``, ``events.out.tfevents.<time>...``)
     names this file or folder (a folder's name ends in ``/``); ``<...>`` stands for any text."""
     pattern = "".join(
         ".+" if part.startswith("<") else re.escape(part) for part in re.split(r"(<[^>]+>)", row)
@@ -176,38 +187,38 @@ def unlisted(directory: Path, rows: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
-def test_readme_tables_of_files_name_everything_train_resume_and_lr_find_write(tmp_path):
-    """A user who finds a file in a run's (or lr_find's) directory finds it in the README's table:
+def test_docs_tables_of_files_name_everything_train_resume_and_lr_find_write(tmp_path):
+    """A user who finds a file in a run's (or lr_find's) directory finds it in the docs' tables:
     the default run directory, its ``.hydra/`` record, what a resume adds, the checkpoints' names."""
     from conftest import TINY
 
-    readme = (REPO / "README.md").read_text()
-    run_rows = table_rows(readme, "## What a run writes", "At start the run prints")
-    checkpoint_rows = table_rows(readme, "Checkpoints live in", "Presets:")
-    lr_find_rows = table_rows(readme, "**Learning-rate finder.**", "## Clipping matters")
+    runs, checkpoints, doctor = docs_page("runs.md"), docs_page("checkpoints.md"), docs_page("doctor.md")
+    run_rows = table_rows(runs, "# What a run writes", "At start the run prints")
+    checkpoint_rows = table_rows(checkpoints, "Checkpoints live in", "Presets:")
+    lr_find_rows = table_rows(doctor, "## Learning-rate finder", "## Clipping matters")
 
     first = run_cli("train", *TINY, "checkpoint.every_n_steps=2", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     (run_dir,) = (tmp_path / "outputs").glob("*/*")
     assert re.fullmatch(r"\d{2}-\d{2}-\d{2}-[0-9a-f]{4}", run_dir.name)  # <time>-<4 hex digits>
-    assert "outputs/<date>/<time>-<suffix>/" in readme
+    assert "outputs/<date>/<time>-<suffix>/" in runs
     resumed = run_cli("train", f"resume={run_dir}", "trainer.max_steps=6", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
 
     assert unlisted(run_dir, run_rows) == []
-    hydra_row = next(row for row in readme.splitlines() if row.startswith("| `.hydra/` | Hydra's record"))
+    hydra_row = next(row for row in runs.splitlines() if row.startswith("| `.hydra/` | Hydra's record"))
     record = [path.name for path in (run_dir / ".hydra").iterdir()]
     assert [name for name in record if f"`{name}`" not in hydra_row and not name.startswith("resume-")] == []
     assert any(name.startswith("resume-") for name in record) and "resume-<date>_<time>" in hydra_row
     assert unlisted(run_dir / "checkpoints", checkpoint_rows) == []
     periodic = [path.name for path in (run_dir / "checkpoints").glob("step_*.pt")]
     assert periodic and {len(name) for name in periodic} == {
-        len(name) for name in checkpoint_examples(readme)
+        len(name) for name in checkpoint_examples(checkpoints)
     }
 
     found = run_cli("lr_find", *TINY, cwd=tmp_path)
     assert found.returncode in (0, 1), found.stderr  # 1: no suggestion on so small a run, files all the same
     (lr_find_dir,) = (tmp_path / "outputs" / "lr_find").glob("*/*")
     assert re.fullmatch(r"\d{2}-\d{2}-\d{2}-[0-9a-f]{4}", lr_find_dir.name)
-    assert "outputs/lr_find/<date>/<time>-<suffix>/" in readme
+    assert "outputs/lr_find/<date>/<time>-<suffix>/" in doctor
     assert unlisted(lr_find_dir, lr_find_rows) == []

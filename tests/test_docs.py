@@ -1,0 +1,185 @@
+"""What a newcomer follows: every relative link of the README and of docs/ leads somewhere, the
+README's five-minute plug-in runs as written and learns, the code it shows is the example's code, and
+CI runs the README's test command as written."""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, read_scalars
+
+DOCS = REPO / "docs"
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+FIVE_MINUTES = "## Your own model in five minutes"
+
+
+def pages() -> list[Path]:
+    return [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+
+
+def prose(text: str) -> str:
+    """The text outside code blocks and inline code, where a link is a link."""
+    return re.sub(r"`[^`\n]*`", "", FENCE.sub("", text))
+
+
+def github_slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, each space a hyphen."""
+    text = heading.replace("`", "").strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def mkdocs_slug(heading: str) -> str:
+    """MkDocs' anchor for a heading (Python-Markdown's toc): runs of spaces and hyphens become one."""
+    text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def headings(path: Path) -> list[str]:
+    text = FENCE.sub("", path.read_text())
+    return [match[1] for match in re.finditer(r"^#{1,6} (.+)$", text, flags=re.MULTILINE)]
+
+
+def relative_links(path: Path) -> list[str]:
+    return [
+        target
+        for target in LINK.findall(prose(path.read_text()))
+        if not re.match(r"[a-z]+:", target)  # http:, https:, mailto: lead elsewhere
+    ]
+
+
+def broken(path: Path, target: str) -> str | None:
+    """Why a link from ``path`` leads nowhere, or None when its file (and heading) exists."""
+    file_part, _, anchor = target.partition("#")
+    destination = (path.parent / file_part).resolve() if file_part else path
+    if not destination.exists():
+        return f"{path.name}: {target}: no such file"
+    if anchor and anchor not in {github_slug(heading) for heading in headings(destination)}:
+        return f"{path.name}: {target}: no heading with that anchor"
+    return None
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves():
+    links = {path: relative_links(path) for path in pages()}
+    assert links[REPO / "README.md"] and sum(map(len, links.values())) >= 20  # the links are read
+    assert [
+        why for path, targets in links.items() for target in targets if (why := broken(path, target))
+    ] == []
+
+
+def test_every_docs_page_is_linked_from_the_readme_and_listed_in_the_site():
+    readme_targets = {target.partition("#")[0] for target in relative_links(REPO / "README.md")}
+    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
+    listed = re.findall(r"[\w-]+\.md", str(nav))
+    for page in DOCS.glob("*.md"):
+        assert f"docs/{page.name}" in readme_targets, page.name
+        assert page.name in listed, page.name
+
+
+def test_headings_have_the_same_anchor_on_github_and_in_the_built_site():
+    """A link written for GitHub (``sweeps.md#sweeps-that-continue``) works in the site too."""
+    for path in pages():
+        for heading in headings(path):
+            assert github_slug(heading) == mkdocs_slug(heading), (path.name, heading)
+
+
+def five_minutes() -> str:
+    readme = (REPO / "README.md").read_text()
+    assert readme.count(FIVE_MINUTES) == 1
+    return readme.split(FIVE_MINUTES)[1].split("\n## ")[0]
+
+
+def blocks(section: str, language: str) -> list[tuple[str, str]]:
+    """The (info string, text) of each code block in a section whose language is ``language``."""
+    return [(info, text) for info, text in FENCE.findall(section) if info.split(" ")[0] == language]
+
+
+def five_minute_commands() -> list[str]:
+    return [line for _, text in blocks(five_minutes(), "bash") for line in text.splitlines() if line.strip()]
+
+
+def test_the_code_the_five_minute_section_shows_is_the_examples_code():
+    shown = blocks(five_minutes(), "python") + blocks(five_minutes(), "yaml")
+    assert len(shown) >= 4
+    for info, text in shown:
+        (path,) = re.findall(r'title="([^"]+)"', info)
+        assert text in (REPO / path).read_text(), path
+
+
+def parsed(command: str) -> tuple[str, list[str]]:
+    """A five-minute command's PYTHONPATH and the overrides it gives ``python -m runner train``."""
+    words = shlex.split(command)
+    assert words[0].startswith("PYTHONPATH=") and words[1:5] == ["python", "-m", "runner", "train"]
+    return words[0].removeprefix("PYTHONPATH="), words[5:]
+
+
+def final_accuracy(run_dir: Path) -> float:
+    return read_scalars(run_dir)["val/acc"][-1][1]
+
+
+@pytest.mark.parametrize("command", five_minute_commands())
+def test_each_five_minute_command_trains_the_users_model_in_process(command, train_here, monkeypatch):
+    """The README's plug-in, in this process, from the repository root as the README says: the
+    model with a hidden layer learns XOR, the linear model it is compared with stays at chance."""
+    python_path, overrides = parsed(command)
+    monkeypatch.chdir(REPO)
+    monkeypatch.syspath_prepend(str(REPO / python_path))
+    run_dir = train_here(*overrides)
+    config = yaml.safe_load((run_dir / "run.yaml").read_text())
+    assert config["data"]["dataset"]["_target_"] == "my_project.xor_blobs"
+    assert config["model"]["_target_"].startswith("my_project.")
+    if "model=two_layer" in overrides:
+        assert config["model"]["_target_"] == "my_project.TwoLayerNet"
+        assert final_accuracy(run_dir) >= 0.9  # chance is 0.5
+    else:
+        assert "model=linear" in overrides
+        assert final_accuracy(run_dir) <= 0.7
+
+
+def test_the_five_minute_section_runs_the_learning_model_first():
+    commands = [parsed(command)[1] for command in five_minute_commands()]
+    assert "model=two_layer" in commands[0] and "data=xor" in commands[0]
+
+
+@pytest.mark.slow
+def test_the_first_five_minute_command_runs_verbatim_from_the_repository_root(tmp_path):
+    """The line a newcomer pastes, run by a shell in the repository root (its run directory aside)."""
+    command = five_minute_commands()[0]
+    environment = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+    }
+    result = subprocess.run(
+        ["bash", "-c", f"{command} hydra.run.dir={shlex.quote(str(tmp_path / 'run'))}"],
+        cwd=REPO, env=environment, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert final_accuracy(tmp_path / "run") >= 0.9
+    assert "| val/acc" in result.stdout + result.stderr
+
+
+def readme_test_command() -> str:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Two commands")[1].split("\n## ")[0]
+    (command,) = [
+        line for _, text in FENCE.findall(section) for line in text.splitlines() if "pytest" in line
+    ]
+    return command
+
+
+def test_ci_runs_the_readme_test_command_verbatim_and_it_builds_the_docs():
+    command = readme_test_command()
+    ci_lines = (REPO / ".ci" / "run").read_text().splitlines()
+    setup, _, rest = command.partition(" && pip install ")
+    assert setup == "python3 -m venv .venv && . .venv/bin/activate"
+    assert f"pip install {rest}" in ci_lines
+    assert "mkdocs build --strict" in rest and rest.endswith("python -m pytest -n 2")
+    pyproject = (REPO / "pyproject.toml").read_text()  # the test extra brings the docs extra
+    assert re.search(r'^docs = \[.*"mkdocs-material', pyproject, flags=re.MULTILINE)
+    assert re.search(r'^test = \["runner\[[^\]]*\bdocs\b', pyproject, flags=re.MULTILINE)
