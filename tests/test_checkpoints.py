@@ -9,7 +9,7 @@ from torch import nn
 
 from runner.checkpoint.files import CheckpointError, atomic_save, check_state_dict_fits, load_checkpoint
 from runner.checkpoint.policy import PeriodicCheckpointer
-from runner.training.state import TrainState
+from runner.checkpoint.state import TrainState
 from runner.training.validation import improves
 
 

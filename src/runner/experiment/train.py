@@ -18,6 +18,7 @@ from runner.checkpoint.durable import WriteError
 from runner.checkpoint.files import CHECKPOINT_DIR
 from runner.checkpoint.locate import Found, locate_checkpoint, own_checkpoint
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints, PeriodicCheckpointer
+from runner.checkpoint.state import TrainState
 from runner.config.errors import UserError
 from runner.config.schema import RunConfig
 from runner.config.typed import as_dict
@@ -26,6 +27,7 @@ from runner.experiment.finish import Run, resume_advice
 from runner.experiment.lock import refuse_if_held, run_dir_lock
 from runner.experiment.parallel import spread_model
 from runner.experiment.resume import check_planned_values, check_resume_compatible, check_world_size
+from runner.experiment.runplan import Built, run_plan
 from runner.experiment.setup import (
     Build,
     build_named,
@@ -36,7 +38,6 @@ from runner.experiment.setup import (
 from runner.observe.console import to_log_file
 from runner.observe.hparams import HParamsRecord, hparams_of
 from runner.observe.records import record_split, write_run_record
-from runner.observe.runplan import Built, run_plan
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
 from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job, process_group_of_one
@@ -50,7 +51,6 @@ from runner.training.engine import (
 from runner.training.fit_check import check_fit
 from runner.training.seeding import draw_seed
 from runner.training.speed import apply_speed_settings
-from runner.training.state import TrainState
 from runner.training.step import Learner
 
 log = logging.getLogger("runner")

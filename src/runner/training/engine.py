@@ -16,16 +16,17 @@ import torch
 from torch.utils.data import DataLoader
 
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints
+from runner.checkpoint.state import TrainState
 from runner.config.errors import ConfigError, UserError
 from runner.data.loading import EpochSampler, StreamPosition, batches_per_epoch, epoch_batches, read_ahead
 from runner.observe.progress import Progress
 from runner.observe.records import best_tag
-from runner.observe.writer import MetricLogger, NullLogger, to_floats
+from runner.observe.writer import MetricLogger, NullLogger
 from runner.training.batches import check_structure
 from runner.training.callbacks import Callbacks, Context
+from runner.training.device import to_floats
 from runner.training.metrics import Accuracy
 from runner.training.schedules import Schedule
-from runner.training.state import TrainState
 from runner.training.step import Learner, StepResult, accumulation_windows, clipped_norm, train_step
 from runner.training.validation import evaluate, improves
 

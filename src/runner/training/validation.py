@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.observe.writer import to_floats
 from runner.training.batches import count_samples, forward, logits_of, loss_elements, to_device
+from runner.training.device import to_floats
 from runner.training.distributed import sum_across_processes
 from runner.training.metrics import Accuracy, uses_loss
 from runner.training.precision import Precision
