@@ -61,7 +61,8 @@ class NothingToTrain(Exception):
     nothing written. Not an error: the command says so in one line (the message) and exits 0."""
 
 
-def loop_settings(config: RunConfig, metrics: dict[str, Any] | None = None) -> LoopSettings:
+def loop_settings(config: RunConfig, metrics: dict[str, Any]) -> LoopSettings:
+    """``metrics``: the run's metric objects, built from ``config.metrics``."""
     trainer = config.trainer
     return LoopSettings(
         max_steps=trainer.max_steps,
@@ -75,7 +76,7 @@ def loop_settings(config: RunConfig, metrics: dict[str, Any] | None = None) -> L
         monitor_mode=config.checkpoint.mode,
         on_nonfinite=config.on_nonfinite,
         max_nonfinite_in_a_row=config.max_nonfinite_in_a_row,
-        metrics=metrics if metrics is not None else {},
+        metrics=metrics,
     )
 
 
@@ -139,7 +140,7 @@ def train_in_this_process(
     optimizer = build_optimizer(build, config, model)  # after sharding: on the shards
     learner = Learner(
         spread.forward_model, parts.loss_fn, optimizer, precision, device, speed.channels_last,
-        spread.skip_grad_sync, target_key=config.data.target_key, plain_model=model,
+        config.data.target_key, skip_grad_sync=spread.skip_grad_sync, plain_model=model,
     )  # fmt: skip
     settings = loop_settings(config, build_named(build, "metrics", config.metrics))
     callbacks = Callbacks({**build_named(build, "callbacks", config.callbacks), **(added_callbacks or {})})

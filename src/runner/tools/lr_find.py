@@ -46,7 +46,7 @@ def find_lr(
     model = copy.deepcopy(model)
     model.train()
     model.zero_grad(set_to_none=True)
-    learner = Learner(model, loss_fn, make_optimizer(model), precision, device, target_key=target_key)
+    learner = Learner(model, loss_fn, make_optimizer(model), precision, device, False, target_key)
     growth = (max_lr / min_lr) ** (1 / max(num_steps - 1, 1))
     lrs, losses = [], []
     average, best, diverged_at = 0.0, math.inf, None
