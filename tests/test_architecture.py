@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "runner"
-# runner.sweeps: the sweep callback's old name, kept for configs that still give it.
-CLI = {"runner.cli", "runner.__main__", "runner.sweeps"}
+CLI = {"runner.cli", "runner.__main__"}
 # Lower layers never import higher ones; a module may import its own layer (without cycles). The
 # engine (training) calls its policies (checkpointing, logging and the console), so they sit below it
 # and know nothing of it: TrainState, what a checkpoint saves of the loop, lives in checkpoint; the run

@@ -35,11 +35,16 @@ class TrainState:
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Keys a checkpoint lacks (written by an older runner) keep their defaults."""
+        """Every key is there: ``load_checkpoint`` refuses a file that lacks one (:func:`saved_keys`)."""
         for item in fields(self):
             key = item.metadata.get("saved_as", item.name)
-            if key is not None and key in state_dict:
+            if key is not None:
                 setattr(self, item.name, _copy(state_dict[key]))
+
+
+def saved_keys() -> tuple[str, ...]:
+    """The checkpoint keys a :class:`TrainState` is saved under."""
+    return tuple(TrainState().state_dict())
 
 
 def _copy(value: Any) -> Any:

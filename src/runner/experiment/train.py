@@ -123,9 +123,7 @@ def train_in_this_process(
     checkpoint = found.checkpoint if found else None
     if found is not None:
         check_resume_compatible(checkpoint["config"], plain_config, found.path)
-        check_world_size(
-            checkpoint.get("world_size", 1), process.world_size, found.path, config.resume_reshard
-        )
+        check_world_size(checkpoint["world_size"], process.world_size, found.path, config.resume_reshard)
         check_not_finished(config, plain_config, checkpoint, found.path)
     if checkpoint is not None:
         seed = checkpoint["seed"]
@@ -152,7 +150,7 @@ def train_in_this_process(
     )  # fmt: skip
     planned = {"total_steps": total_steps, "steps_per_epoch": per_epoch}
     if checkpoint is not None:
-        check_planned_values(config.scheduler, checkpoint.get("planned"), planned, found.path)
+        check_planned_values(config.scheduler, checkpoint["planned"], planned, found.path)
     schedule = build_schedule(build, config.scheduler, optimizer, total_steps, per_epoch)
     # A stream that keeps its own position is saved with the checkpoints; other streams are resumed by
     # skipping the batches done (worker processes read copies of the data set, so then it is always that).
@@ -261,8 +259,8 @@ def check_not_finished(
             f"nothing to train: {path} already reached epoch {epoch} of {max_epochs} "
             f"(trainer.max_epochs={max_epochs}); raise trainer.max_epochs to train longer"
         )
-    reason = checkpoint.get("stop_reason")
-    if reason and checkpoint["config"].get("callbacks") == plain_config.get("callbacks"):
+    reason = checkpoint["stop_reason"]
+    if reason and checkpoint["config"]["callbacks"] == plain_config["callbacks"]:
         raise NothingToTrain(
             f"nothing to train: {path} was ended at step {step} by a callback ({reason}); change the "
             "callbacks' settings (callbacks.*, e.g. a larger patience) to train on"
