@@ -504,8 +504,9 @@ def evil_checkpoint(where: str, full: bool = False) -> Callable[[Path, Context],
             config["metrics"] = {"acc": touch}
         elif where == "callback":
             config["callbacks"] = {"evil": touch}
-        keys = ("model_state_dict", "optimizer_state_dict", "epoch", "best_val", "global_step")
-        payload = dict(base) if full else {key: base[key] for key in keys}
+        from runner.checkpoint.files import REQUIRED_KEYS
+
+        payload = dict(base) if full else {key: base[key] for key in REQUIRED_KEYS}
         save({**payload, "config": config}, dest)
 
     return build
