@@ -34,12 +34,12 @@ def find_lr(
     device: torch.device,
     precision: Precision,
     clip: float | None,
+    target_key: str,
     min_lr: float = 1e-6,
     max_lr: float = 10.0,
     num_steps: int = 100,
     smoothing: float = 0.1,
     diverge_factor: float = 4.0,
-    target_key: str = "labels",
 ) -> LrCurve:
     """The run's own training step at each rate, on a copy of the model; the loss of each step is the
     one before its update."""
