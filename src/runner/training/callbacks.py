@@ -1,7 +1,9 @@
 """Callbacks: code of the user's that runs at fixed points of the loop. A callback is any object; each
 hook is optional: ``on_train_start``, ``on_step_end``, ``on_validation_end``, ``on_epoch_end``,
 ``on_train_end``, each called with a :class:`Context`. A callback's ``state_dict``/``load_state_dict``
-(when it has them) go into checkpoints, so a resumed run continues it exactly.
+(when it has them) go into checkpoints, so a resumed run continues it exactly. A callback's ``monitor``
+attribute (a metric name, as :class:`EarlyStopping` has) is checked after each validation like
+``checkpoint.monitor``: a metric the validation does not give ends the run with one line naming it.
 
 A callback that defines ``evaluation_weights(model)`` (a context manager) puts other weights in the
 model while it is validated (:class:`EMA`); ``averaged_state_dict(model)`` gives them to checkpoints
