@@ -314,6 +314,7 @@ CASES: list[Case] = [
     case("eval-not-runner-checkpoint", "eval ckpt=not_runner.pt", needs=("not_runner.pt",)),
     case("eval-config-is-a-string", "eval ckpt=config_string.pt", needs=("config_string.pt",)),
     case("eval-flipped-16-bytes", "eval ckpt=flipped.pt", needs=("flipped.pt",)),
+    case("eval-no-checksum", "eval ckpt=no_checksum.pt", needs=("no_checksum.pt",)),
     case("eval-evil-model-target", "eval ckpt=evil_model.pt", needs=("evil_model.pt",)),
     case("eval-evil-model-args", "eval ckpt=evil_model_args.pt", needs=("evil_model_args.pt",)),
     case("eval-evil-dataset-target", "eval ckpt=evil_dataset.pt", needs=("evil_dataset.pt",)),
@@ -426,8 +427,8 @@ def copy_run(dest: Path, ctx: Context) -> None:
 
 
 def load_base(ctx: Context) -> dict:
-    """The fixture run's ``last.pt``, without the checksum runner writes with it: a file from before
-    checksums (or an attacker's) has none, and must still be judged on what it holds."""
+    """The fixture run's ``last.pt``, without the checksum runner writes with it (``save`` writes one
+    for what it is given)."""
     import torch
 
     loaded = torch.load(ctx.base_run / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
@@ -435,9 +436,16 @@ def load_base(ctx: Context) -> dict:
 
 
 def save(obj: object, dest: Path) -> None:
+    """With a valid checksum: whoever crafts a file can compute one, so it is judged on what it holds."""
+    from runner.checkpoint.files import atomic_save
+
+    atomic_save(obj, dest)
+
+
+def no_checksum(dest: Path, ctx: Context) -> None:
     import torch
 
-    torch.save(obj, dest)
+    torch.save(load_base(ctx), dest)
 
 
 def flip_tensor_bytes(path: Path, tensor_bytes: bytes, count: int = 16) -> None:
@@ -496,8 +504,9 @@ def evil_checkpoint(where: str, full: bool = False) -> Callable[[Path, Context],
             config["metrics"] = {"acc": touch}
         elif where == "callback":
             config["callbacks"] = {"evil": touch}
-        keys = ("model_state_dict", "optimizer_state_dict", "epoch", "best_val", "global_step")
-        payload = dict(base) if full else {key: base[key] for key in keys}
+        from runner.checkpoint.files import REQUIRED_KEYS
+
+        payload = dict(base) if full else {key: base[key] for key in REQUIRED_KEYS}
         save({**payload, "config": config}, dest)
 
     return build
@@ -514,7 +523,7 @@ class TouchOnUnpickle:
 
 
 def evil_run(dest: Path, ctx: Context) -> None:
-    """A copy of the run whose ``last.pt`` is the malicious one (no checksum, as before checksums)."""
+    """A copy of the run whose ``last.pt`` is the malicious one."""
     copy_run(dest, ctx)
     evil_checkpoint("model", full=True)(dest / "checkpoints" / "last.pt", ctx)
 
@@ -590,6 +599,7 @@ FIXTURES: dict[str, tuple[str, Callable[[Path, Context], None]]] = {
     "tampered_dataset_run": ("run", tampered_run(TAMPERED_DATASET)),
     "tampered_callbacks_run": ("run", tampered_run(TAMPERED_CALLBACKS)),
     "flipped.pt": ("flipped.pt", flipped_checkpoint),
+    "no_checksum.pt": ("no_checksum.pt", no_checksum),
     "truncated.pt": ("truncated.pt", truncated),
     "empty.pt": ("empty.pt", lambda dest, ctx: dest.write_bytes(b"")),
     "not_runner.pt": ("not_runner.pt", lambda dest, ctx: save({"weights": [1.0, 2.0]}, dest)),

@@ -89,7 +89,7 @@ def step_seconds(model: nn.Module, windows: list[list], target_key: str) -> list
     device = torch.device("cpu")
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     learner = Learner(model, nn.CrossEntropyLoss(), optimizer, resolve_precision("fp32", device), device,
-                      target_key=target_key)  # fmt: skip
+                      False, target_key)  # fmt: skip
     for window in windows[:WARMUP_STEPS]:
         train_step(learner, window, CLIP_NORM)
     seconds = []

@@ -499,25 +499,6 @@ def test_a_callback_state_a_checkpoint_cannot_hold_is_named_before_the_run_write
     assert list((tmp_path / "run").iterdir()) == []
 
 
-def test_a_checkpoint_from_before_these_settings_resumes_and_evaluates(run, tmp_path):
-    """The previous runner's config had no metrics, callbacks or data.collate_fn/val_batch_size/
-    drop_last/target_key, and its named schedule carried every key."""
-    run_dir = run("trainer.max_steps=3", model="mlp", dataset="pairs")
-    path = run_dir / "checkpoints" / "last.pt"
-    checkpoint = torch.load(path)
-    del checkpoint["checksum"]  # the previous runner wrote none
-    config = checkpoint["config"]
-    for key in ("metrics", "callbacks"):
-        del config[key]
-    for key in ("collate_fn", "val_batch_size", "drop_last", "target_key"):
-        del config["data"][key]
-    config["scheduler"] = {"name": "none", "warmup_steps": 0, "min_lr": 0.0, "step_size": 100, "gamma": 0.1}
-    torch.save(checkpoint, path)
-    assert "val/acc" in evaluate(path)
-    resumed = run("trainer.max_steps=5", f"resume={path}", model="mlp", dataset="pairs", run_dir=run_dir)
-    assert torch.load(resumed / "checkpoints" / "last.pt")["global_step"] == 5
-
-
 def test_a_model_that_does_not_take_the_dict_batch_is_one_line(run):
     with pytest.raises(
         BatchError, match=r"passed as model\(\*\*batch\), and the model refused it .*'features'"

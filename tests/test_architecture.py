@@ -7,18 +7,29 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "runner"
-# runner.sweeps: the sweep callback's old name, kept for configs that still give it.
-CLI = {"runner.cli", "runner.__main__", "runner.sweeps"}
-# Lower layers never import higher ones; a module may import its own layer (without cycles).
+CLI = {"runner.cli", "runner.__main__"}
+# Lower layers never import higher ones; a module may import its own layer (without cycles). The
+# engine (training) calls its policies (checkpointing, logging and the console), so they sit below it
+# and know nothing of it: TrainState, what a checkpoint saves of the loop, lives in checkpoint; the run
+# plan, which describes what the experiment built, lives in experiment.
 LAYERS = [
     {"runner.config"},
     {"runner.data", "runner.models"},
-    {"runner.training", "runner.checkpoint", "runner.observe"},
+    {"runner.checkpoint"},
+    {"runner.observe"},
+    {"runner.training"},
     {"runner.search"},
     {"runner.experiment"},
     {"runner.tools"},
     CLI,
 ]
+# checkpoint/sharded_saves.py is being changed on issue 25's branch, so it still imports TrainState by
+# its old path (training/state.py). At that merge: import it from runner.checkpoint.state there, then
+# delete training/state.py and this entry.
+AWAITING_MERGE = {("runner.checkpoint.sharded_saves", "runner.training.state")}
+# What one optimizer step and one validation run: math on tensors. Neither they nor anything they
+# import prints, logs or saves; the engine around them does, at its fixed points.
+MATH = ("runner.training.step", "runner.training.validation")
 
 
 def module_name(path: Path) -> str:
@@ -61,7 +72,11 @@ def test_every_module_has_a_layer():
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_nothing_imports_upward(module):
-    upward = [name for name in runner_imports(module) if layer_of(name) > layer_of(module)]
+    upward = [
+        name
+        for name in runner_imports(module)
+        if layer_of(name) > layer_of(module) and (module, name) not in AWAITING_MERGE
+    ]
     assert not upward, f"{module} imports {upward} from a higher layer"
 
 
@@ -69,6 +84,24 @@ def test_the_engine_and_the_step_know_neither_hydra_nor_the_command_line():
     for module in ("runner.training.engine", "runner.training.step"):
         crossing = [name for name in MODULES[module] if within(name, "hydra", "omegaconf", "runner.cli")]
         assert not crossing, f"{module} imports {crossing}"
+
+
+def reached_from(module: str) -> set[str]:
+    """Every runner module that importing ``module`` imports, directly or through others."""
+    reached, todo = set(), [module]
+    while todo:
+        for name in runner_imports(todo.pop()) - reached:
+            reached.add(name)
+            todo.append(name)
+    return reached
+
+
+@pytest.mark.parametrize("module", MATH)
+def test_the_step_and_validation_neither_print_log_nor_save(module):
+    crossing = sorted(
+        name for name in reached_from(module) if within(name, "runner.observe", "runner.checkpoint")
+    )
+    assert not crossing, f"{module} imports {crossing}, directly or through the modules it imports"
 
 
 def test_checkpoint_observe_and_precision_never_import_the_engine():

@@ -9,7 +9,7 @@ from torch import nn
 
 from runner.checkpoint.files import CheckpointError, atomic_save, check_state_dict_fits, load_checkpoint
 from runner.checkpoint.policy import PeriodicCheckpointer
-from runner.training.state import TrainState
+from runner.checkpoint.state import TrainState
 from runner.training.validation import improves
 
 
@@ -71,7 +71,12 @@ def test_truncated_file_is_named(tmp_path):
         load_checkpoint(path)
 
 
-MINIMAL = {"optimizer_state_dict": {}, "epoch": 1, "best_val": 0.5, "global_step": 3}
+# Every key a checkpoint must hold, with small values (what checkpoint_payload writes for a real run).
+MINIMAL = {
+    "optimizer_state_dict": {}, "scheduler_state_dict": {}, "scaler_state_dict": {},
+    **TrainState(step=3, epoch=1, best_val=0.5).state_dict(), "stop_reason": None, "rng_states": {},
+    "config": {}, "seed": 0, "world_size": 1, "planned": {},
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("where", ["weight", "config"])
@@ -101,12 +106,28 @@ def test_a_change_on_disk_is_caught_by_the_checksum(tmp_path, where):
         load_checkpoint(path)
 
 
-def test_a_checkpoint_saved_before_checksums_still_loads(tmp_path):
-    path = tmp_path / "old.pt"
+def test_a_checkpoint_without_its_checksum_is_refused(tmp_path):
+    """Every checkpoint runner writes carries one; a file without it cannot be checked, so it is not
+    loaded (a file changed on disk would otherwise load as it is)."""
+    path = tmp_path / "last.pt"
     torch.save({"model_state_dict": {"w": torch.ones(3)}, **MINIMAL}, path)
-    assert load_checkpoint(path)["global_step"] == 3
+    with pytest.raises(
+        CheckpointError, match=r"last\.pt is not a valid runner checkpoint: it has no checksum"
+    ):
+        load_checkpoint(path)
     atomic_save({"model_state_dict": {"w": torch.ones(3)}, **MINIMAL}, path)
-    assert "checksum" not in load_checkpoint(path)  # what the loader returns is what was saved
+    loaded = load_checkpoint(path)
+    assert loaded["global_step"] == 3
+    assert "checksum" not in loaded  # what the loader returns is what was saved
+
+
+def test_a_checkpoint_that_lacks_a_key_is_named_before_anything_reads_it(tmp_path):
+    path = tmp_path / "last.pt"
+    atomic_save(
+        {key: value for key, value in {"model_state_dict": {}, **MINIMAL}.items() if key != "planned"}, path
+    )
+    with pytest.raises(CheckpointError, match=r"last\.pt is not a runner checkpoint \(it lacks planned\)"):
+        load_checkpoint(path)
 
 
 @pytest.mark.parametrize(

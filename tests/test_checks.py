@@ -114,15 +114,6 @@ def test_typed_config_reads_as_attributes_with_the_open_groups_as_mappings():
     assert config.model["input_shape"] == [1, 8, 8]  # interpolations resolved
 
 
-def test_the_sweep_callback_keeps_its_old_name():
-    """Primary configs copied from earlier versions name ``runner.sweeps.SweepSummary``."""
-    from hydra.utils import instantiate
-
-    from runner.cli.sweep_summary import SweepSummary
-
-    assert type(instantiate({"_target_": "runner.sweeps.SweepSummary"})) is SweepSummary
-
-
 @pytest.mark.parametrize(
     ("key", "policy"),
     [

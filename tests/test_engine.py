@@ -18,6 +18,7 @@ import runner.training.validation
 from runner.data.loading import make_loaders
 from runner.observe.writer import TensorBoardLogger
 from runner.training.engine import Hooks, Loaders, LoopSettings, fit
+from runner.training.metrics import Accuracy
 from runner.training.precision import resolve_precision
 from runner.training.schedules import build_scheduler
 from runner.training.step import Learner
@@ -48,11 +49,12 @@ def run_engine(dataset, model, optimizer_name, batch_size, accumulate, clip, log
     )
     settings = LoopSettings(
         max_steps=max_steps, max_epochs=2, micro_batches_per_step=accumulate, clip_norm=clip,
-        log_every_n_steps=1, val_every_n_epochs=None, val_every_n_steps=None,
+        log_every_n_steps=1, val_every_n_epochs=None, val_every_n_steps=None, monitor="val/loss",
+        monitor_mode="min", metrics={}, on_nonfinite="raise", max_nonfinite_in_a_row=5,
     )  # fmt: skip
     scheduler = build_scheduler(optimizer, "none", 100, 0, 0.0, 1, 1.0)
     logger = TensorBoardLogger(log_dir)
-    learner = Learner(model, nn.MSELoss(), optimizer, resolve_precision("fp32", CPU), CPU)
+    learner = Learner(model, nn.MSELoss(), optimizer, resolve_precision("fp32", CPU), CPU, False, "labels")
     state = fit(learner, scheduler, Loaders(train_loader, sampler, val_loader), settings, Hooks(logger))
     logger.close()
     return state, optimizer, read_scalars(log_dir)
@@ -159,7 +161,7 @@ def test_validation_runs_in_eval_without_grad_and_restores_train_mode():
     dataset = TensorDataset(torch.randn(10, 4), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, 0]))
     model.train()
     metrics = evaluate(model, DataLoader(dataset, batch_size=4), nn.CrossEntropyLoss(), CPU,
-                       resolve_precision("fp32", CPU))  # fmt: skip
+                       resolve_precision("fp32", CPU), False, {"acc": Accuracy()}, "labels")  # fmt: skip
     assert model.seen == [(False, False)] * 3
     assert model.training
     assert 0 <= metrics["val/acc"] <= 1
@@ -208,7 +210,8 @@ def test_no_host_reads_between_log_steps(tmp_path, monkeypatch, on_nonfinite):
     )
     settings = LoopSettings(
         max_steps=20, max_epochs=None, micro_batches_per_step=2, clip_norm=1.0,
-        log_every_n_steps=5, val_every_n_epochs=None, val_every_n_steps=None, on_nonfinite=on_nonfinite,
+        log_every_n_steps=5, val_every_n_epochs=None, val_every_n_steps=None, monitor="val/loss",
+        monitor_mode="min", metrics={}, on_nonfinite=on_nonfinite, max_nonfinite_in_a_row=5,
     )  # fmt: skip
     scheduler = build_scheduler(optimizer, "cosine", 20, 2, 0.0, 1, 1.0)
     logger = TensorBoardLogger(tmp_path)
@@ -218,7 +221,7 @@ def test_no_host_reads_between_log_steps(tmp_path, monkeypatch, on_nonfinite):
         monkeypatch.setattr(module, "to_floats", lambda values: to_floats_calls.append(sorted(values)) or
                             read_numbers(values))  # fmt: skip
     reads_before_fit = len(reads)
-    learner = Learner(model, nn.MSELoss(), optimizer, resolve_precision("fp32", CPU), CPU)
+    learner = Learner(model, nn.MSELoss(), optimizer, resolve_precision("fp32", CPU), CPU, False, "labels")
     fit(learner, scheduler, Loaders(train_loader, sampler, val_loader), settings, Hooks(logger))
     logger.close()
     during_fit = reads[reads_before_fit:]

@@ -15,7 +15,7 @@ IMAGES = (torch.rand(8, 1, 8, 8), torch.randint(10, (8,)))
 
 
 def fit(model, batch, loss=None):
-    check_fit(model, batch, loss or nn.CrossEntropyLoss(), CPU, nullcontext)
+    check_fit(model, batch, loss or nn.CrossEntropyLoss(), CPU, nullcontext, "labels")
 
 
 def test_a_model_and_data_that_fit_pass_and_the_model_is_left_as_it_was():

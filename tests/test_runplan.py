@@ -5,7 +5,7 @@ import re
 import torch
 from conftest import TINY
 
-from runner.observe.runplan import WIDTH
+from runner.experiment.runplan import WIDTH
 
 
 def plan_of(caplog) -> dict[str, str]:
@@ -56,7 +56,7 @@ def test_rows_fit_in_100_characters_wrapping_at_spaces(train_here, caplog):
 
 
 def test_a_trainable_count_is_shown_when_parts_are_frozen():
-    from runner.observe import runplan
+    from runner.experiment import runplan
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
     model[0].requires_grad_(False)

@@ -9,6 +9,7 @@ import torch
 import yaml
 from conftest import REPO, read_scalars
 
+from runner.config.errors import ConfigError
 from runner.models import mlp
 from runner.training.engine import NonFiniteError
 
@@ -44,6 +45,29 @@ def test_default_experiment_learns_the_digits(train_here):
     split = json.loads((run_dir / "data_split.json").read_text())
     assert split["train_size"] + split["val_size"] == 1797
     assert not set(split["train_indices"]) & set(split["val_indices"])
+
+
+REGRESSION = ("data=regression", "data.dataset.num_train=32", "data.batch_size=16", "trainer.max_steps=2")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "setting"),
+    [
+        (("checkpoint.monitor=val/acc", "checkpoint.mode=max"), "checkpoint.monitor"),
+        (("scheduler=plateau", "scheduler.monitor=val/acc"), "scheduler.monitor"),
+        (
+            ("callbacks=early_stopping", "callbacks.early_stopping.monitor=val/acc"),
+            "callbacks.early_stopping.monitor",
+        ),
+    ],
+)
+def test_a_monitored_metric_that_gives_no_value_is_named_at_the_first_validation(
+    train_here, overrides, setting
+):
+    """Accuracy is configured (the default metrics) but counts nothing on a regression: the config check
+    cannot know, so the same check runs on what validation gave, naming the setting."""
+    with pytest.raises(ConfigError, match=f"^{setting}=val/acc is not logged by this run; it logs val/loss "):
+        train_here(*REGRESSION, *overrides)
 
 
 def test_accumulation_scheduler_and_drawn_seed(train_here, caplog):

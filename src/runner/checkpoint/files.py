@@ -2,8 +2,9 @@
 
 A checkpoint is a plain dict that ``torch.load(path, weights_only=True)`` reads with nothing else
 (see ``contents.py`` for what is in one). Nothing in it is a numpy object or a pickled class. Each
-file carries a checksum of its contents (``checksum``), verified when it is loaded: torch's reader
-does not check the archive's own CRCs, so a flipped byte inside a tensor would otherwise load.
+file carries a checksum of its contents (``checksum``), required and verified when it is loaded:
+torch's reader does not check the archive's own CRCs, so a flipped byte inside a tensor would
+otherwise load.
 """
 
 import hashlib
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from runner.checkpoint.durable import atomic_write
+from runner.checkpoint.state import saved_keys
 from runner.config.errors import UserError
 
 CHECKPOINT_DIR = "checkpoints"
@@ -63,7 +65,12 @@ def atomic_save(payload: dict[str, Any], path: Path) -> None:
     atomic_write(path, lambda handle: torch.save({**payload, CHECKSUM_KEY: checksum(payload)}, handle))
 
 
-REQUIRED_KEYS = ("model_state_dict", "optimizer_state_dict", "epoch", "best_val", "global_step")
+# What resume and eval read from every checkpoint (``contents.py`` writes them all): a file that lacks
+# one is refused by name, not met by a KeyError half-way through a resume.
+REQUIRED_KEYS = (
+    "model_state_dict", "optimizer_state_dict", "scheduler_state_dict", "scaler_state_dict", *saved_keys(),
+    "stop_reason", "rng_states", "config", "seed", "world_size", "planned",
+)  # fmt: skip
 
 
 def looks_like_torch_save(path: Path) -> bool:
@@ -75,9 +82,9 @@ def looks_like_torch_save(path: Path) -> bool:
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load with ``weights_only=True`` (never anything else): a file that carries pickled code is
-    refused before any of it runs. A file whose checksum does not match its contents is refused;
-    one written before checkpoints had checksums loads as it is. A sharded checkpoint's folder gives
-    its record (``sharded.py`` checks and reads the shards)."""
+    refused before any of it runs. A file without its checksum, or whose checksum does not match its
+    contents, is refused. A sharded checkpoint's folder gives its record (``sharded.py`` checks and
+    reads the shards)."""
     if is_sharded_folder(path):
         return load_checkpoint_file(path / RECORD)
     if path.name == RECORD and is_sharded_folder(path.parent):
@@ -120,9 +127,14 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} is truncated or corrupted ({first_line})") from None
     lacking = [key for key in REQUIRED_KEYS if not isinstance(checkpoint, dict) or key not in checkpoint]
     if lacking:
-        raise CheckpointError(f"checkpoint {path} is not a runner checkpoint (it lacks {', '.join(lacking)})")
+        raise CheckpointError(f"checkpoint {path} is not a runner checkpoint (it lacks {_listing(lacking)})")
     stored = checkpoint.pop(CHECKSUM_KEY, None)
-    if stored is not None and stored != checksum(checkpoint):
+    if stored is None:
+        raise CheckpointError(
+            f"checkpoint {path} is not a valid runner checkpoint: it has no checksum (runner writes one "
+            "with every checkpoint), so its contents cannot be checked; use another checkpoint of the run"
+        )
+    if stored != checksum(checkpoint):
         raise CheckpointError(
             f"checkpoint {path} is corrupted: its contents do not match the checksum written with it "
             "(the file changed on disk after it was saved); use another checkpoint of the run"

@@ -20,7 +20,7 @@ import torch
 
 from runner.checkpoint.durable import remove_stale_temporaries, writing
 from runner.checkpoint.files import atomic_save
-from runner.training.state import TrainState
+from runner.checkpoint.state import TrainState
 
 log = logging.getLogger("runner")
 PERIODIC_NAME = re.compile(r"step_(\d+)\.pt")

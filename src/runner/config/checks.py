@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from runner.config.errors import ConfigError, show
+from runner.config.monitors import check_monitored
 from runner.config.schema import SETTINGS, TOP_LEVEL_KEYS, RunConfig
 
 ABSENT = object()
@@ -102,18 +103,12 @@ def validate_config(config: RunConfig) -> None:
             "to a class building a collator (or a function, with _partial_: true), or null"
         )
     check_scheduler(config.scheduler)
-    logged = ["val/loss", *(f"val/{name}" for name in config.metrics)]
     monitors = {
         "checkpoint.monitor": config.checkpoint.monitor,
         "scheduler.monitor": config.scheduler.get("monitor"),
     }
     monitors |= {f"callbacks.{name}.monitor": spec.get("monitor") for name, spec in config.callbacks.items()}
-    for key, monitor in monitors.items():
-        if monitor is not None and monitor not in logged:
-            raise ConfigError(
-                f"{key}={monitor} is not logged by this run; it logs {', '.join(logged)} "
-                "(add a metric with metrics=[...] or +metrics.NAME._target_=...)"
-            )
+    check_monitored(monitors, ["val/loss", *(f"val/{name}" for name in config.metrics)])
 
     for section in ("model", "optimizer", "loss"):
         if not has_target(getattr(config, section)):

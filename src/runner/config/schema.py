@@ -204,9 +204,6 @@ class RunConfig:
     resume_reshard: bool = setting(False, rule=BOOLEAN, resume="may_change")
 
 
-# The metrics of a config that has no metrics section (one saved by a runner from before metrics were
-# configurable, which always logged accuracy for classification).
-DEFAULT_METRICS = {"acc": {"_target_": "runner.training.metrics.Accuracy"}}
 SETTINGS: dict[str, Setting] = declared_settings(RunConfig)
 TOP_LEVEL_KEYS = frozenset(key.split(".")[0] for key in SETTINGS)
 

@@ -10,7 +10,7 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 
 from runner.config.checks import check_top_level_key, validate_config
 from runner.config.errors import ConfigError, show
-from runner.config.schema import DEFAULT_METRICS, RunConfig
+from runner.config.schema import RunConfig
 
 
 def typed_config(composed: DictConfig | Mapping[str, Any]) -> RunConfig:
@@ -24,8 +24,6 @@ def typed_config(composed: DictConfig | Mapping[str, Any]) -> RunConfig:
     try:
         if not (isinstance(composed, DictConfig) and OmegaConf.get_type(composed) is RunConfig):
             composed = OmegaConf.merge(OmegaConf.structured(RunConfig), composed)
-        if "metrics" not in given:
-            composed = OmegaConf.merge(composed, {"metrics": DEFAULT_METRICS})
         config = OmegaConf.to_object(keep_planned_values(composed))
     except MissingMandatoryValue as error:
         raise ConfigError(

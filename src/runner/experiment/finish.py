@@ -13,6 +13,7 @@ from pathlib import Path
 
 from runner.checkpoint.durable import WriteError
 from runner.checkpoint.policy import Checkpointer
+from runner.checkpoint.state import TrainState
 from runner.config.errors import UserError
 from runner.observe.writer import MetricLogger
 from runner.training.callbacks import Callbacks
@@ -20,7 +21,6 @@ from runner.training.distributed import any_process
 from runner.training.engine import Hooks, Loaders, LoopSettings, fit
 from runner.training.schedules import Schedule
 from runner.training.signals import GracefulStop
-from runner.training.state import TrainState
 from runner.training.step import Learner
 
 log = logging.getLogger("runner")

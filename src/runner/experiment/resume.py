@@ -1,6 +1,7 @@
 """Whether a checkpoint may continue this run: the settings that change the math must match, and so
 must the number of processes. Which settings those are is declared in the schema."""
 
+import copy
 import logging
 from pathlib import Path
 from typing import Any
@@ -8,7 +9,7 @@ from typing import Any
 from runner.checkpoint.files import CheckpointError
 from runner.config.errors import show
 from runner.config.schema import resume_policy
-from runner.config.typed import as_dict, flatten, typed_config
+from runner.config.typed import flatten
 from runner.training.schedules import named_schedule
 
 log = logging.getLogger("runner")
@@ -32,9 +33,9 @@ def check_resume_compatible(saved: dict[str, Any], current: dict[str, Any], path
 
 
 def comparable(config: dict[str, Any]) -> dict[str, Any]:
-    """Settings as the run uses them: what an older runner's config leaves out gets the schema's
-    default, and a named schedule its defaults, so a checkpoint from before a setting existed resumes."""
-    config = as_dict(typed_config(config))
+    """Settings as the run uses them: a named schedule with its defaults filled in (``scheduler=cosine``
+    and ``scheduler=cosine scheduler.warmup_steps=0`` are one schedule)."""
+    config = copy.deepcopy(config)
     if "_target_" not in config["scheduler"]:
         config["scheduler"] = named_schedule(config["scheduler"])
     return config
@@ -59,13 +60,12 @@ def check_world_size(saved: int, current: int, path: Path, reshard: bool = False
 
 
 def check_planned_values(
-    scheduler: dict[str, Any], saved: dict[str, int | None] | None, current: dict[str, int | None], path: Path
+    scheduler: dict[str, Any], saved: dict[str, int | None], current: dict[str, int | None], path: Path
 ) -> None:
     """A scheduler built from the run's planned values (``${total_steps}``) keeps them in its state: a
     resumed run with another plan (a longer ``trainer.max_steps``) would step past its end."""
     used = [name for name in current if any(f"${{{name}}}" in str(value) for value in scheduler.values())]
-    changed = [f"{name} {saved.get(name)} -> {current[name]}" for name in used
-               if saved is not None and saved.get(name) != current[name]]  # fmt: skip
+    changed = [f"{name} {saved[name]} -> {current[name]}" for name in used if saved[name] != current[name]]
     if changed:
         raise CheckpointError(
             f"resume={path}: the scheduler was built for the run's planned {', '.join(changed)}; "

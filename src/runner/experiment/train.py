@@ -18,6 +18,7 @@ from runner.checkpoint.durable import WriteError
 from runner.checkpoint.files import CHECKPOINT_DIR
 from runner.checkpoint.locate import Found, locate_checkpoint, own_checkpoint
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints, PeriodicCheckpointer
+from runner.checkpoint.state import TrainState
 from runner.config.errors import UserError
 from runner.config.schema import RunConfig
 from runner.config.typed import as_dict
@@ -26,6 +27,7 @@ from runner.experiment.finish import Run, resume_advice
 from runner.experiment.lock import refuse_if_held, run_dir_lock
 from runner.experiment.parallel import spread_model
 from runner.experiment.resume import check_planned_values, check_resume_compatible, check_world_size
+from runner.experiment.runplan import Built, run_plan
 from runner.experiment.setup import (
     Build,
     build_named,
@@ -36,7 +38,6 @@ from runner.experiment.setup import (
 from runner.observe.console import to_log_file
 from runner.observe.hparams import HParamsRecord, hparams_of
 from runner.observe.records import record_split, write_run_record
-from runner.observe.runplan import Built, run_plan
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
 from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job, process_group_of_one
@@ -50,7 +51,6 @@ from runner.training.engine import (
 from runner.training.fit_check import check_fit
 from runner.training.seeding import draw_seed
 from runner.training.speed import apply_speed_settings
-from runner.training.state import TrainState
 from runner.training.step import Learner
 
 log = logging.getLogger("runner")
@@ -61,7 +61,8 @@ class NothingToTrain(Exception):
     nothing written. Not an error: the command says so in one line (the message) and exits 0."""
 
 
-def loop_settings(config: RunConfig, metrics: dict[str, Any] | None = None) -> LoopSettings:
+def loop_settings(config: RunConfig, metrics: dict[str, Any]) -> LoopSettings:
+    """``metrics``: the run's metric objects, built from ``config.metrics``."""
     trainer = config.trainer
     return LoopSettings(
         max_steps=trainer.max_steps,
@@ -75,7 +76,7 @@ def loop_settings(config: RunConfig, metrics: dict[str, Any] | None = None) -> L
         monitor_mode=config.checkpoint.mode,
         on_nonfinite=config.on_nonfinite,
         max_nonfinite_in_a_row=config.max_nonfinite_in_a_row,
-        metrics=metrics if metrics is not None else {},
+        metrics=metrics,
     )
 
 
@@ -122,9 +123,7 @@ def train_in_this_process(
     checkpoint = found.checkpoint if found else None
     if found is not None:
         check_resume_compatible(checkpoint["config"], plain_config, found.path)
-        check_world_size(
-            checkpoint.get("world_size", 1), process.world_size, found.path, config.resume_reshard
-        )
+        check_world_size(checkpoint["world_size"], process.world_size, found.path, config.resume_reshard)
         check_not_finished(config, plain_config, checkpoint, found.path)
     if checkpoint is not None:
         seed = checkpoint["seed"]
@@ -139,7 +138,7 @@ def train_in_this_process(
     optimizer = build_optimizer(build, config, model)  # after sharding: on the shards
     learner = Learner(
         spread.forward_model, parts.loss_fn, optimizer, precision, device, speed.channels_last,
-        spread.skip_grad_sync, target_key=config.data.target_key, plain_model=model,
+        config.data.target_key, skip_grad_sync=spread.skip_grad_sync, plain_model=model,
     )  # fmt: skip
     settings = loop_settings(config, build_named(build, "metrics", config.metrics))
     callbacks = Callbacks({**build_named(build, "callbacks", config.callbacks), **(added_callbacks or {})})
@@ -151,7 +150,7 @@ def train_in_this_process(
     )  # fmt: skip
     planned = {"total_steps": total_steps, "steps_per_epoch": per_epoch}
     if checkpoint is not None:
-        check_planned_values(config.scheduler, checkpoint.get("planned"), planned, found.path)
+        check_planned_values(config.scheduler, checkpoint["planned"], planned, found.path)
     schedule = build_schedule(build, config.scheduler, optimizer, total_steps, per_epoch)
     # A stream that keeps its own position is saved with the checkpoints; other streams are resumed by
     # skipping the batches done (worker processes read copies of the data set, so then it is always that).
@@ -260,8 +259,8 @@ def check_not_finished(
             f"nothing to train: {path} already reached epoch {epoch} of {max_epochs} "
             f"(trainer.max_epochs={max_epochs}); raise trainer.max_epochs to train longer"
         )
-    reason = checkpoint.get("stop_reason")
-    if reason and checkpoint["config"].get("callbacks") == plain_config.get("callbacks"):
+    reason = checkpoint["stop_reason"]
+    if reason and checkpoint["config"]["callbacks"] == plain_config["callbacks"]:
         raise NothingToTrain(
             f"nothing to train: {path} was ended at step {step} by a callback ({reason}); change the "
             "callbacks' settings (callbacks.*, e.g. a larger patience) to train on"

@@ -1,6 +1,7 @@
 """Where numbers go: TensorBoard event files in the run directory.
 
-The engine hands over device tensors; they are read (one host sync) only here, at log time.
+The engine reads its numbers off the device in one go at log time (``training.device.to_floats``) and
+hands them here as floats.
 """
 
 import contextlib
@@ -15,7 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-import torch
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary
 
@@ -24,17 +24,6 @@ from runner.observe.events import text_summary, tf_record
 
 log = logging.getLogger("runner")
 FILE_NUMBERS = itertools.count()  # tells apart the event files one process opens in one second
-
-
-def to_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
-    """Read every tensor with a single device-to-host copy (on the CPU, ``item()`` is the cheaper read)."""
-    names = [name for name, value in values.items() if isinstance(value, torch.Tensor)]
-    if all(values[name].device.type == "cpu" for name in names):
-        read = [values[name].item() for name in names]
-    else:
-        read = torch.stack([values[name].detach().float() for name in names]).tolist()
-    floats = dict(zip(names, read, strict=True))
-    return {name: floats.get(name, value) for name, value in values.items()}
 
 
 class MetricLogger(Protocol):

@@ -58,7 +58,7 @@ def evaluate_checkpoint(
     )  # fmt: skip
     precision = resolve_precision(config.precision, device, suggest=False)
     metrics = evaluate(
-        parts.model, loader, parts.loss_fn, device, precision,
+        parts.model, loader, parts.loss_fn, device, precision, channels_last=False,
         metrics=build_named(build, "metrics", config.metrics), target_key=config.data.target_key,
     )  # fmt: skip
     metrics = {name.replace("val/", f"{split}/", 1): value for name, value in metrics.items()}

@@ -34,19 +34,19 @@ def find_lr(
     device: torch.device,
     precision: Precision,
     clip: float | None,
+    target_key: str,
     min_lr: float = 1e-6,
     max_lr: float = 10.0,
     num_steps: int = 100,
     smoothing: float = 0.1,
     diverge_factor: float = 4.0,
-    target_key: str = "labels",
 ) -> LrCurve:
     """The run's own training step at each rate, on a copy of the model; the loss of each step is the
     one before its update."""
     model = copy.deepcopy(model)
     model.train()
     model.zero_grad(set_to_none=True)
-    learner = Learner(model, loss_fn, make_optimizer(model), precision, device, target_key=target_key)
+    learner = Learner(model, loss_fn, make_optimizer(model), precision, device, False, target_key)
     growth = (max_lr / min_lr) ** (1 / max(num_steps - 1, 1))
     lrs, losses = [], []
     average, best, diverged_at = 0.0, math.inf, None

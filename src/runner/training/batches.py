@@ -111,7 +111,7 @@ def first_tensor(batch: Any) -> torch.Tensor | None:
     return None
 
 
-def count_samples(batch: Any, target_key: str = "labels") -> int:
+def count_samples(batch: Any, target_key: str) -> int:
     """The samples in a batch: the targets' first dimension for a pair (or a mapping's targets),
     else the first tensor's."""
     if is_pair(batch) and isinstance(batch[1], torch.Tensor):
@@ -132,7 +132,7 @@ class Forward:
     targets: Any  # None where the batch names none (a model's own loss without labels)
 
 
-def forward(model: Callable, batch: Any, loss_fn: Callable, target_key: str = "labels") -> Forward:
+def forward(model: Callable, batch: Any, loss_fn: Callable, target_key: str) -> Forward:
     """Run the model and the loss on a batch already on the device."""
     if isinstance(loss_fn, ModelLoss):
         mapping = as_mapping(batch)
@@ -170,7 +170,7 @@ def call_model(model: Callable, batch: Any, args: Sequence[Any], kwargs: Mapping
         ) from None
 
 
-def check_structure(batch: Any, loss_fn: Callable, target_key: str = "labels") -> None:
+def check_structure(batch: Any, loss_fn: Callable, target_key: str) -> None:
     """The :class:`BatchError` :func:`forward` would raise for this batch, without running the model
     (doctor's first check)."""
     count_samples(batch, target_key)

@@ -1,7 +1,9 @@
 """Callbacks: code of the user's that runs at fixed points of the loop. A callback is any object; each
 hook is optional: ``on_train_start``, ``on_step_end``, ``on_validation_end``, ``on_epoch_end``,
 ``on_train_end``, each called with a :class:`Context`. A callback's ``state_dict``/``load_state_dict``
-(when it has them) go into checkpoints, so a resumed run continues it exactly.
+(when it has them) go into checkpoints, so a resumed run continues it exactly. A callback's ``monitor``
+attribute (a metric name, as :class:`EarlyStopping` has) is checked after each validation like
+``checkpoint.monitor``: a metric the validation does not give ends the run with one line naming it.
 
 A callback that defines ``evaluation_weights(model)`` (a context manager) puts other weights in the
 model while it is validated (:class:`EMA`); ``averaged_state_dict(model)`` gives them to checkpoints
@@ -18,7 +20,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.config.errors import ConfigError
 from runner.training.validation import improves
 
 HOOKS = ("on_train_start", "on_step_end", "on_validation_end", "on_epoch_end", "on_train_end")
@@ -57,6 +58,15 @@ class Callbacks:
             method = getattr(callback, hook, None)
             if method is not None:
                 method(context)
+
+    def monitors(self) -> dict[str, str]:
+        """The metric each callback that has a ``monitor`` reads, by its setting's key: the engine
+        checks that validation gives it."""
+        return {
+            f"callbacks.{name}.monitor": callback.monitor
+            for name, callback in self.by_name.items()
+            if isinstance(getattr(callback, "monitor", None), str)
+        }
 
     def has(self, hook: str) -> bool:
         return any(hasattr(callback, hook) for callback in self.by_name.values())
@@ -103,12 +113,6 @@ class EarlyStopping:
         self.bad_validations = 0
 
     def on_validation_end(self, context: Context) -> None:
-        if self.monitor not in context.metrics:
-            logged = ", ".join(name for name in context.metrics if name.startswith("val/"))
-            raise ConfigError(
-                f"early stopping monitors {self.monitor}, but this run's validation gives only {logged}; "
-                "monitor one of those"
-            )
         value = context.metrics[self.monitor]
         if improves(value, self.best, self.mode, self.min_delta):
             self.best, self.best_step, self.bad_validations = value, context.step, 0

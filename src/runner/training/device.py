@@ -1,5 +1,7 @@
 """Device choice: the usual habit (cuda, else mps, else cpu), and no silent fallback when a
-device is asked for explicitly."""
+device is asked for explicitly. Numbers come back from the device in one read (:func:`to_floats`)."""
+
+from collections.abc import Mapping
 
 import torch
 
@@ -38,3 +40,14 @@ def resolve_device(requested: str) -> torch.device:
             f"device={requested} is not available on this machine; use device=auto or device=cpu"
         )
     return device
+
+
+def to_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
+    """Read every tensor with a single device-to-host copy (on the CPU, ``item()`` is the cheaper read)."""
+    names = [name for name, value in values.items() if isinstance(value, torch.Tensor)]
+    if all(values[name].device.type == "cpu" for name in names):
+        read = [values[name].item() for name in names]
+    else:
+        read = torch.stack([values[name].detach().float() for name in names]).tolist()
+    floats = dict(zip(names, read, strict=True))
+    return {name: floats.get(name, value) for name, value in values.items()}

@@ -16,22 +16,26 @@ import torch
 from torch.utils.data import DataLoader
 
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints
+from runner.checkpoint.state import TrainState
 from runner.config.errors import ConfigError, UserError
+from runner.config.monitors import check_monitored
 from runner.data.loading import EpochSampler, StreamPosition, batches_per_epoch, epoch_batches, read_ahead
 from runner.observe.progress import Progress
 from runner.observe.records import best_tag
-from runner.observe.writer import MetricLogger, NullLogger, to_floats
+from runner.observe.writer import MetricLogger, NullLogger
 from runner.training.batches import check_structure
 from runner.training.callbacks import Callbacks, Context
-from runner.training.metrics import Accuracy
+from runner.training.device import to_floats
 from runner.training.schedules import Schedule
-from runner.training.state import TrainState
 from runner.training.step import Learner, StepResult, accumulation_windows, clipped_norm, train_step
 from runner.training.validation import evaluate, improves
 
 
 @dataclass(frozen=True)
 class LoopSettings:
+    """What the loop is told, every value given: from a run's config, ``experiment/train.py``'s
+    ``loop_settings`` (the defaults are the schema's, in ``config/schema.py``)."""
+
     max_steps: int | None
     max_epochs: int | None
     micro_batches_per_step: int
@@ -39,11 +43,11 @@ class LoopSettings:
     log_every_n_steps: int
     val_every_n_epochs: int | None
     val_every_n_steps: int | None
-    monitor: str = "val/loss"
-    monitor_mode: str = "min"
-    metrics: dict[str, Any] = field(default_factory=lambda: {"acc": Accuracy()})  # name -> metric
-    on_nonfinite: str = "raise"  # or "skip", or "off" (no check: no host read per step)
-    max_nonfinite_in_a_row: int = 5
+    monitor: str
+    monitor_mode: str
+    metrics: dict[str, Any]  # name -> metric
+    on_nonfinite: str  # "raise", "skip", or "off" (no check: no host read per step)
+    max_nonfinite_in_a_row: int
 
 
 @dataclass
@@ -200,12 +204,8 @@ def validate(
             learner.model, loader, learner.loss_fn, learner.device, learner.precision,
             learner.channels_last, settings.metrics, learner.target_key,
         )  # fmt: skip
-    logged = ", ".join(state.last_val)
-    for key, monitor in (("checkpoint.monitor", settings.monitor), ("scheduler.monitor", schedule.monitor)):
-        if monitor is not None and monitor not in state.last_val:
-            raise ConfigError(
-                f"{key}={monitor}, but this run's validation gives only {logged}; monitor one of those"
-            )
+    monitors = {"checkpoint.monitor": settings.monitor, "scheduler.monitor": schedule.monitor}
+    check_monitored(monitors | hooks.callbacks.monitors(), state.last_val)
     value = state.last_val[settings.monitor]
     improved = improves(value, state.best_val, settings.monitor_mode)
     if improved:

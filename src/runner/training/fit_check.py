@@ -57,7 +57,7 @@ def check_labels(loss_fn: Callable, outputs: Any, targets: Any) -> None:
 
 def check_fit(
     model: torch.nn.Module, batch: Any, loss_fn: Callable, device: torch.device,
-    autocast: Callable[[], AbstractContextManager], target_key: str = "labels",
+    autocast: Callable[[], AbstractContextManager], target_key: str,
 ) -> None:  # fmt: skip
     """The model and the loss on ``batch`` once, in eval mode without gradients: no random draws, no
     statistics updated, so the run trains exactly as it would without the check."""

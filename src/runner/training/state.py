@@ -1,46 +1,6 @@
-"""Where a run stands: everything needed to continue it besides the weights, optimizer, schedule and
-loss scale, which have state dicts of their own."""
+"""TrainState's old path, only for ``checkpoint/sharded_saves.py`` (being changed on another branch in
+issue 25): delete this file when that import names ``runner.checkpoint.state``."""
 
-from dataclasses import dataclass, field, fields
-from typing import Any
+from runner.checkpoint.state import TrainState
 
-
-def saved_as(name: str) -> dict[str, Any]:
-    return {"saved_as": name}
-
-
-TRANSIENT = {"saved_as": None}  # not saved: belongs to this process only
-
-
-@dataclass
-class TrainState:
-    step: int = field(default=0, metadata=saved_as("global_step"))  # optimizer steps taken
-    epoch: int = 0  # epochs completed
-    batches_done_in_epoch: int = 0
-    best_val: float | None = None  # best value of the monitored metric
-    best_val_step: int | None = None
-    last_train_loss: float | None = None
-    last_val: dict[str, float] = field(default_factory=dict)
-    skipped_steps: int = 0  # optimizer steps skipped for non-finite gradients
-    stopped_by_signal: int | None = field(default=None, metadata=TRANSIENT)
-    stop_reason: str | None = field(default=None, metadata=TRANSIENT)  # a callback ended the run early
-    nonfinite_in_a_row: int = field(default=0, metadata=TRANSIENT)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Under the checkpoint's key names (``global_step``, ``epoch``, ``best_val``, ...)."""
-        return {
-            item.metadata.get("saved_as", item.name): _copy(getattr(self, item.name))
-            for item in fields(self)
-            if item.metadata.get("saved_as", item.name) is not None
-        }
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Keys a checkpoint lacks (written by an older runner) keep their defaults."""
-        for item in fields(self):
-            key = item.metadata.get("saved_as", item.name)
-            if key is not None and key in state_dict:
-                setattr(self, item.name, _copy(state_dict[key]))
-
-
-def _copy(value: Any) -> Any:
-    return dict(value) if isinstance(value, dict) else value
+__all__ = ["TrainState"]

@@ -26,11 +26,11 @@ class Learner:
     optimizer: torch.optim.Optimizer
     precision: Precision
     device: torch.device
-    channels_last: bool = False  # image batches in channels-last memory format
+    channels_last: bool  # image batches in channels-last memory format
+    target_key: str  # where a mapping batch holds its targets
     # With several processes: DDP's no_sync (FSDP's no_gradient_sync), so gradients are reduced only on
     # a window's last micro-batch.
     skip_grad_sync: Callable[[], AbstractContextManager] = nullcontext
-    target_key: str = "labels"  # where a mapping batch holds its targets
     plain_model: nn.Module | None = None  # the module inside any wrapper (callbacks see it); default: model
     trainable: list[torch.Tensor] = field(init=False)
 

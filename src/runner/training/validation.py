@@ -9,10 +9,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.observe.writer import to_floats
 from runner.training.batches import count_samples, forward, logits_of, loss_elements, to_device
+from runner.training.device import to_floats
 from runner.training.distributed import sum_across_processes
-from runner.training.metrics import Accuracy, uses_loss
+from runner.training.metrics import uses_loss
 from runner.training.precision import Precision
 
 
@@ -29,13 +29,12 @@ def evaluate(
     loss_fn: Callable,
     device: torch.device,
     precision: Precision,
-    channels_last: bool = False,
-    metrics: Mapping[str, Any] | None = None,
-    target_key: str = "labels",
+    channels_last: bool,
+    metrics: Mapping[str, Any],
+    target_key: str,
 ) -> dict[str, float]:
-    """``val/loss`` and ``val/<name>`` for each metric (default: accuracy, logged when the outputs are
-    class scores). The model's train/eval mode is restored after."""
-    metrics = {"acc": Accuracy()} if metrics is None else metrics
+    """``val/loss`` and ``val/<name>`` for each metric that gave a value (accuracy gives none when the
+    outputs are not class scores). The model's train/eval mode is restored after."""
     batch_metrics = {name: metric for name, metric in metrics.items() if not uses_loss(metric)}
     for metric in batch_metrics.values():
         metric.reset()

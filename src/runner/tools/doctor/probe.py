@@ -41,7 +41,7 @@ class Setup:
     device: torch.device
     precision: Precision
     clip: float | None
-    target_key: str = "labels"  # where a dict batch holds its targets
+    target_key: str  # where a dict batch holds its targets
 
 
 @dataclass

@@ -216,7 +216,8 @@ def check_validation(probe: Probe) -> Finding:
     buffers_before = {n: b.detach().clone() for n, b in model.named_buffers()}
     try:
         batch = to_device(next(iter(setup.val_loader)), setup.device)
-        evaluate(model, [batch], setup.loss_fn, setup.device, setup.precision, target_key=setup.target_key)
+        # No metrics: this checks the model's mode and gradients during validation, not its scores.
+        evaluate(model, [batch], setup.loss_fn, setup.device, setup.precision, False, {}, setup.target_key)
         model.eval()
         with torch.no_grad():
             first, second = (forward(model, batch, setup.loss_fn, setup.target_key) for _ in range(2))
@@ -294,9 +295,7 @@ def check_overfit(probe: Probe, steps: int = 100) -> Finding:
     model.train()
     model.zero_grad(set_to_none=True)
     optimizer = setup.optimizer_factory(model)
-    learner = Learner(
-        model, setup.loss_fn, optimizer, setup.precision, setup.device, target_key=setup.target_key
-    )
+    learner = Learner(model, setup.loss_fn, optimizer, setup.precision, setup.device, False, setup.target_key)
     window = [probe.batch]
     losses = [train_step(learner, window, setup.clip, check_finite=False).loss.item() for _ in range(steps)]
     if not all(math.isfinite(loss) for loss in losses[-5:]):
