@@ -4,6 +4,7 @@ composed config; the model and data parts are set as a user's own config files w
 
 import logging
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from hydra.utils import instantiate
 
 from runner.checkpoint.files import load_checkpoint
 from runner.cli.hydra_app import CONFIG_DIR
-from runner.config.errors import ConfigError
+from runner.config.errors import ConfigError, UserError
 from runner.config.schema import RunConfig
 from runner.config.trust import folder_targets, targets_in
 from runner.experiment.train import train
@@ -286,18 +287,47 @@ def recorder(stop_at=None):
 
 
 def test_a_callback_sees_every_hook_logs_scalars_and_can_end_the_run(run, recorded, caplog):
-    run_dir = run("trainer.max_epochs=3", model="mlp", dataset="pairs", edit=recorder(stop_at=7))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # context.log of a tensor that requires grad: no warning
+        run_dir = run("trainer.max_epochs=3", model="mlp", dataset="pairs", edit=recorder(stop_at=7))
     (callback,) = recorded
-    # The validation that ends the run (step 7, off the per-epoch cadence) is logged, but is not one of
-    # the cadence's: it calls no on_validation_end (nor steps a plateau scheduler).
+    # The validation that ends the run (step 7, off the per-epoch cadence) calls on_validation_end too.
     assert callback.calls == [("on_train_start", 0), ("on_validation_end", 5), ("on_epoch_end", 1),
-                              ("on_train_end", 7)]  # fmt: skip
+                              ("on_validation_end", 7), ("on_train_end", 7)]  # fmt: skip
     assert [step for step, _ in read_scalars(run_dir)["val/loss"]] == [5, 7]
     assert [step for step, _ in read_scalars(run_dir)["custom/steps_seen"]] == list(range(1, 8))
+    assert [step for step, _ in read_scalars(run_dir)["custom/weight_sum"]] == list(range(1, 8))
+    # Each step's batch (70 samples: four of 16, then 6) and the model's outputs for it, detached.
+    assert callback.step_data[:5] == [((16, 6), (16,), (16, 3), False)] * 4 + [((6, 6), (6,), (6, 3), False)]
     checkpoint = torch.load(run_dir / "checkpoints" / "last.pt")
     assert checkpoint["global_step"] == 7
     assert checkpoint["callbacks_state_dict"] == {"recorder": {"steps_seen": 7}}
     assert "stopped at step 7 (epoch 1): the recorder stops at step 7" in caplog.text
+
+
+def test_on_validation_end_runs_for_the_final_validation_when_max_steps_ends_mid_epoch(run, recorded):
+    """Five steps an epoch, validated per epoch: step 7 ends the run two steps into epoch 2."""
+    run_dir = run("trainer.max_steps=7", model="mlp", dataset="pairs", edit=recorder())
+    (callback,) = recorded
+    assert [step for step, _ in read_scalars(run_dir)["val/loss"]] == [5, 7]
+    assert [call for call in callback.calls if call[0] == "on_validation_end"] == [
+        ("on_validation_end", 5), ("on_validation_end", 7)
+    ]  # fmt: skip
+    assert callback.extra_validations == [False, True]  # step 7's is off the per-epoch cadence
+
+
+def test_context_log_says_in_one_line_that_images_are_not_scalars(run):
+    def add(config: RunConfig) -> None:
+        config.callbacks["images"] = {"_target_": f"{PLUGIN}.ImageLogger"}
+
+    with pytest.raises(UserError) as raised:
+        run("trainer.max_steps=2", model="mlp", dataset="pairs", edit=add)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "context.log('custom/images', ...) takes one number (a TensorBoard scalar), not a tensor of shape "
+        "(4, 3, 8, 8); images and other tensors are not scalars"
+    )
 
 
 def test_early_stopping_ends_the_run_with_its_last_validation_and_says_why(run, caplog):

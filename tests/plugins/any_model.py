@@ -196,6 +196,8 @@ class Recorder:
         self.stop_at = stop_at
         self.calls: list[tuple[str, int]] = []
         self.steps_seen = 0
+        self.step_data: list[tuple] = []  # per step: the batch's and the outputs' shapes
+        self.extra_validations: list[bool] = []  # per validation: off the run's cadence
 
     def on_train_start(self, context) -> None:
         self.calls.append(("on_train_start", context.step))
@@ -203,11 +205,18 @@ class Recorder:
     def on_step_end(self, context) -> None:
         self.steps_seen += 1
         context.log("custom/steps_seen", self.steps_seen)
+        inputs, targets = context.batch
+        outputs = context.outputs
+        self.step_data.append((tuple(inputs.shape), tuple(targets.shape), tuple(outputs.shape),
+                               outputs.requires_grad))  # fmt: skip
+        # A tensor that requires grad: context.log detaches it.
+        context.log("custom/weight_sum", sum(p.sum() for p in context.model.parameters()))
         if self.stop_at is not None and context.step == self.stop_at:
             context.request_stop(f"the recorder stops at step {self.stop_at}")
 
     def on_validation_end(self, context) -> None:
         self.calls.append(("on_validation_end", context.step))
+        self.extra_validations.append(context.extra_validation)
         assert "val/loss" in context.metrics
 
     def on_epoch_end(self, context) -> None:
@@ -222,6 +231,13 @@ class Recorder:
 
     def load_state_dict(self, state: dict) -> None:
         self.steps_seen = state["steps_seen"]
+
+
+class ImageLogger:
+    """Logs a batch of images as if it were a scalar: the mistake context.log names."""
+
+    def on_step_end(self, context) -> None:
+        context.log("custom/images", torch.rand(4, 3, 8, 8))
 
 
 RECORDED: list[Recorder] = []  # the tests read the recorders of the runs they start

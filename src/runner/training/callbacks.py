@@ -18,16 +18,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.config.errors import ConfigError
+from runner.config.errors import ConfigError, UserError
 from runner.training.validation import improves
 
 HOOKS = ("on_train_start", "on_step_end", "on_validation_end", "on_epoch_end", "on_train_end")
 
 
+class NotAScalar(UserError):
+    """``context.log`` was given something that is not one number (an image, a whole tensor)."""
+
+
 @dataclass
 class Context:
     """What a hook sees: where the run stands, the latest metrics, the model and optimizer, a way to
-    log TensorBoard scalars and a way to end the run."""
+    log TensorBoard scalars and a way to end the run. In ``on_step_end``, also the step's last
+    micro-batch (on the device) and the model's outputs for it (detached); None in other hooks."""
 
     model: nn.Module  # the plain module (never a DDP or compiled wrapper)
     optimizer: torch.optim.Optimizer
@@ -36,14 +41,49 @@ class Context:
     epoch: int = 0
     metrics: dict[str, float] = field(default_factory=dict)  # latest train/* and val/* values
     stop_reason: str | None = None
+    batch: Any = None
+    outputs: Any = None
+    # True in on_validation_end for the validation a run adds when it ends between two of its cadence's
+    # (max_steps mid-epoch): a callback that counts validations (patience) leaves this one out, so a
+    # run continued with a longer limit equals one never stopped.
+    extra_validation: bool = False
 
-    def log(self, tag: str, value: float) -> None:
-        """A TensorBoard scalar at the current optimizer step."""
-        self.log_scalar(tag, float(value), self.step)
+    def log(self, tag: str, value: float | int | torch.Tensor) -> None:
+        """A TensorBoard scalar at the current optimizer step: a number, or a tensor of one element
+        (detached and read here)."""
+        self.log_scalar(tag, scalar_value(tag, value), self.step)
 
     def request_stop(self, reason: str) -> None:
         """End the run after this hook: a final checkpoint is written, and ``reason`` is reported."""
         self.stop_reason = reason
+
+
+def scalar_value(tag: str, value: Any) -> float:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.detach().reshape(()).item())
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    given = (
+        f"a tensor of shape {tuple(value.shape)}"
+        if isinstance(value, torch.Tensor)
+        else f"a {type(value).__name__}"
+    )
+    raise NotAScalar(
+        f"context.log({tag!r}, ...) takes one number (a TensorBoard scalar), not {given}; images and "
+        "other tensors are not scalars: log a number computed from them, such as .mean()"
+    )
+
+
+def detached(value: Any) -> Any:
+    """Tensors detached inside tuples, lists and dicts (other objects, such as a model's output
+    class, as they are): a callback reads them without keeping a graph alive."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if type(value) is dict:
+        return {key: detached(item) for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(detached(item) for item in value)
+    return value
 
 
 @dataclass
@@ -103,6 +143,8 @@ class EarlyStopping:
         self.bad_validations = 0
 
     def on_validation_end(self, context: Context) -> None:
+        if context.extra_validation:
+            return
         if self.monitor not in context.metrics:
             logged = ", ".join(name for name in context.metrics if name.startswith("val/"))
             raise ConfigError(

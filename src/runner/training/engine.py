@@ -22,7 +22,7 @@ from runner.observe.progress import Progress
 from runner.observe.records import best_tag
 from runner.observe.writer import MetricLogger, NullLogger, to_floats
 from runner.training.batches import check_structure
-from runner.training.callbacks import Callbacks, Context
+from runner.training.callbacks import Callbacks, Context, detached
 from runner.training.metrics import Accuracy
 from runner.training.schedules import Schedule
 from runner.training.state import TrainState
@@ -193,8 +193,9 @@ def validate(
     on_cadence: bool = True,
 ) -> bool:
     """Validate, log, and update the best value; return whether it improved. Only a validation on the
-    run's cadence steps a scheduler on it and calls the callbacks: the one that ends a run between two
-    validations must not change what a longer run of the same settings would do."""
+    run's cadence steps a scheduler on it: the one that ends a run between two validations must not
+    change what a longer run of the same settings would do. Every validation calls the callbacks'
+    ``on_validation_end``, that one too, marked ``context.extra_validation``."""
     with hooks.callbacks.evaluation_weights(learner.plain_model):
         state.last_val = evaluate(
             learner.model, loader, learner.loss_fn, learner.device, learner.precision,
@@ -218,7 +219,9 @@ def validate(
     context.metrics.update(state.last_val)
     if on_cadence:
         schedule.after_validation(state.last_val)
-        hooks.callbacks.call("on_validation_end", context)
+    context.extra_validation = not on_cadence
+    hooks.callbacks.call("on_validation_end", context)
+    context.extra_validation = False
     return improved
 
 
@@ -289,8 +292,9 @@ def fit(
             for window, stream_ended in windows:
                 epoch_had_batches = True
                 result = train_step(
-                    learner, window, settings.clip_norm, check_finite=settings.on_nonfinite != "off"
-                )
+                    learner, window, settings.clip_norm, check_finite=settings.on_nonfinite != "off",
+                    keep_last=step_callbacks,
+                )  # fmt: skip
                 if result.applied:
                     state.nonfinite_in_a_row = 0
                     schedule.after_step()
@@ -317,7 +321,10 @@ def fit(
                     progress.update(state.step, scalars)
                     context.metrics.update(scalars)
                 if step_callbacks:
+                    context.batch, context.outputs = result.last_batch, detached(result.last_outputs)
                     hooks.callbacks.call("on_step_end", context)
+                    # Not held into the next step: the outputs may be large (an LM's logits).
+                    context.batch = context.outputs = result.last_batch = result.last_outputs = None
 
                 every = settings.val_every_n_steps
                 step_validates = bool(every) and state.step % every == 0
