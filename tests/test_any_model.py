@@ -140,6 +140,44 @@ def test_a_model_that_returns_its_own_loss_trains_with_no_wrapper(run, tmp_path)
 # 3. Metrics
 
 
+def test_a_metric_that_never_gets_a_value_is_a_warning_at_the_first_validation(train_here, caplog):
+    """Accuracy on a regression counts nothing: the run plan lists val/acc, the run never logs it."""
+    run_dir = train_here("data=regression", "metrics=accuracy", "trainer.max_steps=4",
+                         "trainer.val_every_n_steps=2", "trainer.max_epochs=null")  # fmt: skip
+    assert "val/acc" not in read_scalars(run_dir)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    said = [message for message in warnings if message.startswith("val/acc: listed in the run plan")]
+    assert len(said) == 1, warnings  # at the first validation only, not at each
+    assert "remove it from metrics" in said[0]
+
+
+def test_perplexity_on_a_regression_is_refused_before_the_run_writes(train_here, tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        train_here("data=regression", "metrics=perplexity", "trainer.max_steps=2")
+    assert str(refused.value) == (
+        "metrics.ppl: Perplexity is exp of the validation loss, a perplexity only for a cross-entropy loss, "
+        "but loss is MSELoss (a regression loss); remove ppl from metrics (metrics=none)"
+    )
+    assert not list((tmp_path / "run").iterdir())
+
+
+def test_a_batch_that_cannot_be_collated_names_data_collate_fn_before_the_run_writes(run, tmp_path):
+    """Variable-length sequences and torch's default collate: one line, nothing written."""
+    with pytest.raises(BatchError) as refused:
+        run("trainer.max_steps=2", model="TokenTagger", dataset="sequences")
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "the first batch cannot be collated: torch's default collate (data.collate_fn=null) raised "
+        "RuntimeError: stack expects each tensor to be equal size"
+    ), message
+    assert message.endswith(
+        "like dict(tokens=Tensor[7] int64, labels=Tensor[7] int64); set data.collate_fn to a _target_ "
+        "collator that builds one batch from a list of them (variable-length sequences need padding)"
+    ), message
+    assert not list((tmp_path / "run").iterdir())
+
+
 def test_perplexity_is_exp_of_the_token_weighted_validation_loss(run):
     """Variable-length sequences padded with -100: val/loss is the mean over real tokens."""
     run_dir = run(

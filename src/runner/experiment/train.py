@@ -48,6 +48,7 @@ from runner.training.engine import (
     steps_per_epoch,
 )
 from runner.training.fit_check import check_fit
+from runner.training.metrics import check_metrics_fit_loss
 from runner.training.seeding import draw_seed
 from runner.training.speed import apply_speed_settings
 from runner.training.state import TrainState
@@ -142,6 +143,7 @@ def train_in_this_process(
         spread.skip_grad_sync, target_key=config.data.target_key, plain_model=model,
     )  # fmt: skip
     settings = loop_settings(config, build_named(build, "metrics", config.metrics))
+    check_metrics_fit_loss(settings.metrics, parts.loss_fn)
     callbacks = Callbacks({**build_named(build, "callbacks", config.callbacks), **(added_callbacks or {})})
     check_loadable(callbacks.state_dict(), "callbacks_state_dict")  # before anything is written
     micro_batches_per_epoch = batches_per_epoch(prepared.train_loader, prepared.train_sampler)

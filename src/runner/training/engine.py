@@ -6,6 +6,7 @@ for itself whether to act.
 """
 
 import itertools
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -17,17 +18,20 @@ from torch.utils.data import DataLoader
 
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints
 from runner.config.errors import ConfigError, UserError
+from runner.data.collation import first_batch
 from runner.data.loading import EpochSampler, StreamPosition, batches_per_epoch, epoch_batches, read_ahead
 from runner.observe.progress import Progress
 from runner.observe.records import best_tag
 from runner.observe.writer import MetricLogger, NullLogger, to_floats
 from runner.training.batches import check_structure
 from runner.training.callbacks import Callbacks, Context, detached
-from runner.training.metrics import Accuracy
+from runner.training.metrics import Accuracy, unlogged_metrics_warning
 from runner.training.schedules import Schedule
 from runner.training.state import TrainState
 from runner.training.step import Learner, StepResult, accumulation_windows, clipped_norm, train_step
 from runner.training.validation import evaluate, improves
+
+log = logging.getLogger("runner")
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ def start_with_checked_batch(
     before the run writes anything. The same iterator then trains: nothing is read twice, no random
     state moves."""
     batches = first_epoch_batches(loaders, state)
-    first = next(batches, None)
+    first = first_batch(batches, loaders.train, loaders.sampler)
     if first is None:
         return iter(())
     check_structure(first, loss_fn, target_key)
@@ -243,6 +247,7 @@ def fit(
     progress = Progress(total_steps, initial_step=state.step)
     samples_since_log, last_log_time = 0, time.perf_counter()
     validated_at_step = None
+    first_validation = True
 
     def log_scalar(tag: str, value: float, step: int) -> None:
         hooks.logger.log_scalars(step, {tag: value})
@@ -252,11 +257,17 @@ def fit(
 
     def validate_once(on_cadence: bool = True) -> bool | None:
         """``None`` when this step was validated already."""
-        nonlocal validated_at_step
+        nonlocal validated_at_step, first_validation
         if validated_at_step == state.step:
             return None
         validated_at_step = state.step
-        return validate(learner, loaders.val, settings, state, hooks, progress, schedule, context, on_cadence)
+        improved = validate(
+            learner, loaders.val, settings, state, hooks, progress, schedule, context, on_cadence
+        )
+        if first_validation and (warning := unlogged_metrics_warning(settings.metrics, state.last_val)):
+            log.warning(warning)
+        first_validation = False
+        return improved
 
     def end_epoch(step_validates: bool) -> bool | None:
         """The position moves to the next epoch first: a checkpoint of this moment resumes at the next
