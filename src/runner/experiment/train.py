@@ -25,6 +25,7 @@ from runner.data.loading import StreamPosition, batches_per_epoch
 from runner.experiment.finish import Run, resume_advice
 from runner.experiment.lock import refuse_if_held, run_dir_lock
 from runner.experiment.parallel import spread_model
+from runner.experiment.relaunch import resume_command
 from runner.experiment.resume import check_planned_values, check_resume_compatible, check_world_size
 from runner.experiment.setup import (
     Build,
@@ -320,7 +321,7 @@ def report_end(
         saved = f"saved {last}" if last else "nothing saved (checkpoint.enabled=false)"
         log.warning("stopped by %s at step %d; %s", name, state.step, saved)
         if last:
-            log.warning("resume with: python -m runner train resume=%s", run_dir)
+            log.warning("resume with: %s", resume_command(run_dir))
         return
     if state.stop_reason is not None:
         log.info("stopped at step %d (epoch %d): %s", state.step, state.epoch, state.stop_reason)
