@@ -125,6 +125,68 @@ def test_a_dict_batch_without_its_targets_names_data_target_key(run):
         run("trainer.max_steps=2", model="FeatureModel", dataset="dicts", target_key="target")
 
 
+# Data order: data.sampler
+
+
+def read_order() -> list[int]:
+    from any_model import RecordingPairs
+
+    return list(RecordingPairs.read)
+
+
+def test_a_sampler_of_the_users_makes_an_existing_loop_reproducible(run):
+    """A loop that shuffles with RandomSampler and a seeded generator: data.sampler names the sampler,
+    and runner gives it the training set and a generator seeded with the run's seed, as the loop did."""
+    run("data.sampler={_target_: torch.utils.data.RandomSampler}", "trainer.max_epochs=2", model="mlp",
+        dataset="recording_pairs")  # fmt: skip
+    trained = read_order()
+    from any_model import recording_pairs
+
+    train_set, _ = recording_pairs()
+    sampler = torch.utils.data.RandomSampler(train_set, generator=torch.Generator().manual_seed(3))  # seed=3
+    loop = [index for _ in range(2) for index in sampler]  # two epochs of the loop's order
+    assert trained == loop
+    assert loop[:70] != loop[70:] and sorted(loop[:70]) == list(range(70))
+
+
+def test_a_sampler_that_cannot_be_built_is_one_line_before_the_run_writes(run, tmp_path, caplog):
+    with pytest.raises(ConfigError) as refused:
+        run("data.sampler={_target_: torch.utils.data.WeightedRandomSampler}", model="mlp", dataset="pairs")
+    assert str(refused.value).startswith(
+        "data.sampler._target_=torch.utils.data.WeightedRandomSampler could not be built (TypeError: Weighted"
+        "RandomSampler.__init__() missing 2 required positional arguments: 'weights' and 'num_samples')"
+    )
+    assert not list((tmp_path / "run").iterdir())
+    run("data.sampler={_target_: torch.utils.data.SequentialSampler}", "trainer.max_steps=1", model="mlp",
+        dataset="pairs")  # fmt: skip
+    assert "data order       data.sampler=torch.utils.data.SequentialSampler" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        "data.sampler={_target_: torch.utils.data.RandomSampler}",  # its generator's state is saved
+        f"data.sampler={{_target_: {PLUGIN}.CountedShuffle}}",  # its own state_dict is saved
+    ],
+    ids=["generator", "state_dict"],
+)
+def test_a_resumed_run_continues_the_samplers_order_exactly(run, tmp_path, sampler):
+    """Stopped two steps into epoch 2 (5 steps an epoch), resumed to the end of epoch 3: the same
+    samples in the same order, and the same weights, as a run never stopped."""
+    straight = run(sampler, "trainer.max_epochs=3", model="mlp", dataset="recording_pairs",
+                   run_dir=tmp_path / "a")  # fmt: skip
+    never_stopped = read_order()
+    run(sampler, "trainer.max_epochs=3", "trainer.max_steps=7", model="mlp", dataset="recording_pairs",
+        run_dir=tmp_path / "b")  # fmt: skip
+    first_part = read_order()
+    stopped = torch.load(tmp_path / "b" / "checkpoints" / "last.pt", weights_only=True)["sampler_state_dict"]
+    assert stopped["epoch"] == 1 and sorted(stopped["order"].tolist()) == list(range(70))  # epoch 2's order
+    resumed = run(sampler, "trainer.max_epochs=3", f"resume={tmp_path / 'b'}", model="mlp",
+                  dataset="recording_pairs", run_dir=tmp_path / "b")  # fmt: skip
+    assert first_part + read_order() == never_stopped  # 70 + 32 samples, then the rest
+    assert same_weights(weights(straight), weights(resumed))
+
+
 # 2. The model's own loss
 
 
@@ -569,7 +631,7 @@ def test_a_callback_state_a_checkpoint_cannot_hold_is_named_before_the_run_write
 
 def test_a_checkpoint_from_before_these_settings_resumes_and_evaluates(run, tmp_path):
     """The previous runner's config had no metrics, callbacks or data.collate_fn/val_batch_size/
-    drop_last/target_key, and its named schedule carried every key."""
+    drop_last/target_key/sampler, and its named schedule carried every key."""
     run_dir = run("trainer.max_steps=3", model="mlp", dataset="pairs")
     path = run_dir / "checkpoints" / "last.pt"
     checkpoint = torch.load(path)
@@ -577,7 +639,7 @@ def test_a_checkpoint_from_before_these_settings_resumes_and_evaluates(run, tmp_
     config = checkpoint["config"]
     for key in ("metrics", "callbacks"):
         del config[key]
-    for key in ("collate_fn", "val_batch_size", "drop_last", "target_key"):
+    for key in ("collate_fn", "val_batch_size", "drop_last", "target_key", "sampler"):
         del config["data"][key]
     config["scheduler"] = {"name": "none", "warmup_steps": 0, "min_lr": 0.0, "step_size": 100, "gamma": 0.1}
     torch.save(checkpoint, path)

@@ -2,6 +2,7 @@
 streams, a transformers-style model, a model with norm layers, a callback that records its hooks."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -256,6 +257,43 @@ class CountingPairs(TensorDataset):
 def counting_pairs(num_train: int = 70, num_val: int = 30) -> tuple[CountingPairs, TensorDataset]:
     CountingPairs.reads = 0
     return CountingPairs(*blobs(num_train, 1)), TensorDataset(*blobs(num_val, 2))
+
+
+class RecordingPairs(TensorDataset):
+    """Records the index of every read, in order: the data order a run trained on."""
+
+    read: ClassVar[list[int]] = []
+
+    def __getitem__(self, index: int):
+        RecordingPairs.read.append(int(index))
+        return super().__getitem__(index)
+
+
+def recording_pairs(num_train: int = 70, num_val: int = 30) -> tuple[RecordingPairs, TensorDataset]:
+    RecordingPairs.read = []
+    return RecordingPairs(*blobs(num_train, 1)), TensorDataset(*blobs(num_val, 2))
+
+
+class CountedShuffle:
+    """A user's own order: each epoch a permutation drawn from its seed and the number of epochs drawn so
+    far, which it keeps as its state (state_dict/load_state_dict)."""
+
+    def __init__(self, data_source, seed: int):
+        self.size, self.seed, self.draws = len(data_source), seed, 0
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(1000 * self.seed + self.draws)
+        self.draws += 1
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+    def state_dict(self) -> dict:
+        return {"draws": self.draws}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.draws = state["draws"]
 
 
 class EpochNoiseStream(Stream):

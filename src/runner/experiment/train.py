@@ -21,7 +21,7 @@ from runner.checkpoint.policy import Checkpointer, NoCheckpoints, PeriodicCheckp
 from runner.config.errors import UserError
 from runner.config.schema import RunConfig
 from runner.config.typed import as_dict
-from runner.data.loading import StreamPosition, batches_per_epoch
+from runner.data.loading import SamplerOrder, StreamPosition, batches_per_epoch
 from runner.experiment.finish import Run, resume_advice
 from runner.experiment.lock import refuse_if_held, run_dir_lock
 from runner.experiment.parallel import spread_model
@@ -162,6 +162,11 @@ def train_in_this_process(
     keeps_position = stream is not None and hasattr(stream, "state_dict") and config.data.num_workers == 0
     position = StreamPosition(stream) if keeps_position else None
     others = {"callbacks": callbacks, **({"dataset": position} if position else {})}
+    if isinstance(prepared.train_sampler, SamplerOrder):  # data.sampler: its state resumes its order
+        others["sampler"] = prepared.train_sampler
+        check_loadable(
+            prepared.train_sampler.state_dict(), "sampler_state_dict"
+        )  # before anything is written
     stateful = Stateful(
         model, optimizer, schedule, precision.scaler, others, lambda: callbacks.averaged_state_dict(model)
     )
