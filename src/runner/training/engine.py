@@ -18,13 +18,13 @@ from torch.utils.data import DataLoader
 
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints
 from runner.config.errors import ConfigError, UserError
-from runner.data.collation import first_batch
 from runner.data.loading import EpochSampler, StreamPosition, batches_per_epoch, epoch_batches, read_ahead
 from runner.observe.progress import Progress
 from runner.observe.records import best_tag
 from runner.observe.writer import MetricLogger, NullLogger, to_floats
 from runner.training.batches import check_structure
 from runner.training.callbacks import Callbacks, Context, detached
+from runner.training.collation import first_batch
 from runner.training.metrics import Accuracy, unlogged_metrics_warning
 from runner.training.schedules import Schedule
 from runner.training.state import TrainState
