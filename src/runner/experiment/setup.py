@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from runner.config.errors import ConfigError, show
 from runner.config.schema import RunConfig
@@ -244,5 +244,10 @@ def build_sampler(build: Build, config: RunConfig, train_set: Any, seed: int) ->
         raise ConfigError(
             f"data.sampler._target_={spec['_target_']} built a {type(sampler).__name__}, which is not a "
             "sampler: it must have __iter__ (the indices of one epoch) and __len__"
+        )
+    if isinstance(sampler, DistributedSampler):
+        raise ConfigError(
+            f"data.sampler._target_={spec['_target_']}: runner splits the order across processes itself; "
+            "give a sampler of the whole training set (RandomSampler, or your own order)"
         )
     return sampler
