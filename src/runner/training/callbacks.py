@@ -59,15 +59,18 @@ class Context:
 
 
 def scalar_value(tag: str, value: Any) -> float:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value.detach().reshape(()).item())
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    given = (
-        f"a tensor of shape {tuple(value.shape)}"
-        if isinstance(value, torch.Tensor)
-        else f"a {type(value).__name__}"
-    )
+    """One number from a number, a one-element tensor (detached first: no autograd warning) or
+    anything ``float()`` takes (a numpy scalar)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() == 1:
+            return float(value.detach().reshape(()).item())
+        given = f"a tensor of shape {tuple(value.shape)}"
+    else:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            shape = getattr(value, "shape", None)
+            given = f"a {type(value).__name__}" + (f" of shape {tuple(shape)}" if shape is not None else "")
     raise NotAScalar(
         f"context.log({tag!r}, ...) takes one number (a TensorBoard scalar), not {given}; images and "
         "other tensors are not scalars: log a number computed from them, such as .mean()"
