@@ -416,6 +416,20 @@ def test_on_validation_end_runs_for_the_final_validation_when_max_steps_ends_mid
     assert callback.extra_validations == [False, True]  # step 7's is off the per-epoch cadence
 
 
+def test_a_callback_gets_a_models_output_class_detached(monkeypatch):
+    """transformers-style outputs (a dataclass with .loss and .logits) reach on_step_end detached."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "plugins"))
+    from any_model import Output
+
+    from runner.training.callbacks import detached
+
+    logits = torch.ones(2, 3, requires_grad=True) * 3
+    given = detached({"out": Output(logits.sum(), logits), "pair": (logits, [logits])})
+    assert isinstance(given["out"], Output) and torch.equal(given["out"].logits, logits.detach())
+    tensors = [given["out"].loss, given["out"].logits, given["pair"][0], given["pair"][1][0]]
+    assert not any(tensor.requires_grad for tensor in tensors)
+
+
 def test_context_log_says_in_one_line_that_images_are_not_scalars(run):
     def add(config: RunConfig) -> None:
         config.callbacks["images"] = {"_target_": f"{PLUGIN}.ImageLogger"}

@@ -9,6 +9,7 @@ for ``eval``.
 """
 
 import copy
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -78,14 +79,17 @@ def scalar_value(tag: str, value: Any) -> float:
 
 
 def detached(value: Any) -> Any:
-    """Tensors detached inside tuples, lists and dicts (other objects, such as a model's output
-    class, as they are): a callback reads them without keeping a graph alive."""
+    """Tensors detached inside tuples, lists, dicts and dataclasses (a model's output class, such as
+    transformers' ``ModelOutput``); other objects as they are. A callback reads them as values."""
     if isinstance(value, torch.Tensor):
         return value.detach()
     if type(value) is dict:
         return {key: detached(item) for key, item in value.items()}
     if type(value) in (list, tuple):
         return type(value)(detached(item) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: detached(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **fields)
     return value
 
 
