@@ -149,6 +149,20 @@ def test_a_sampler_of_the_users_makes_an_existing_loop_reproducible(run):
     assert loop[:70] != loop[70:] and sorted(loop[:70]) == list(range(70))
 
 
+def test_doctor_and_lr_find_read_the_samplers_order_too(monkeypatch):
+    """They read the training loader as it is built (no epoch set): its first batch is the order's."""
+    from runner.experiment.setup import prepare
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "plugins"))
+    config = configure(
+        "data.sampler={_target_: torch.utils.data.RandomSampler}", model="mlp", dataset="pairs"
+    )
+    prepared = prepare(config, instantiate, seed=3)
+    inputs, _ = next(iter(prepared.train_loader))
+    order = list(torch.utils.data.RandomSampler(range(70), generator=torch.Generator().manual_seed(3)))
+    assert torch.equal(inputs, prepared.parts.train_set.tensors[0][order[:16]])
+
+
 def test_a_sampler_that_cannot_be_built_is_one_line_before_the_run_writes(run, tmp_path, caplog):
     with pytest.raises(ConfigError) as refused:
         run("data.sampler={_target_: torch.utils.data.WeightedRandomSampler}", model="mlp", dataset="pairs")

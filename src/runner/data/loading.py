@@ -70,22 +70,20 @@ class SamplerOrder(EpochSampler):
         self.order: list[int] = []
         self.order_epoch: int | None = None  # the epoch ``order`` was drawn for
 
-    def set_epoch(self, epoch: int, skip_samples: int = 0) -> None:
-        super().set_epoch(epoch, skip_samples)
-        if self.order_epoch == epoch:  # drawn already, or restored from a checkpoint
-            return
-        if hasattr(self.sampler, "set_epoch"):  # DistributedSampler's protocol: an order per epoch
-            self.sampler.set_epoch(epoch)
-        order = [int(index) for index in self.sampler]
-        if len(order) != self.dataset_size:
-            raise UserError(
-                f"data.sampler ({type(self.sampler).__name__}) gave {len(order)} indices in epoch {epoch}, "
-                f"but its len() is {self.dataset_size}; a sampler must give len() indices each epoch"
-            )
-        self.order, self.order_epoch = order, epoch
-
     def base_order(self) -> list[int]:
-        return self.order
+        """Drawn once per epoch, when the epoch is first read (or restored from a checkpoint)."""
+        if self.order_epoch != self.epoch:
+            if hasattr(self.sampler, "set_epoch"):  # DistributedSampler's protocol: an order per epoch
+                self.sampler.set_epoch(self.epoch)
+            order = [int(index) for index in self.sampler]
+            if len(order) != self.dataset_size:
+                raise UserError(
+                    f"data.sampler ({type(self.sampler).__name__}) gave {len(order)} indices in epoch "
+                    f"{self.epoch}, but its len() is {self.dataset_size}; a sampler must give len() "
+                    "indices each epoch"
+                )
+            self.order, self.order_epoch = order, self.epoch
+        return list(self.order)
 
     def state_dict(self) -> dict[str, Any]:
         own = self.sampler.state_dict() if hasattr(self.sampler, "state_dict") else None
