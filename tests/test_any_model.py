@@ -4,6 +4,7 @@ composed config; the model and data parts are set as a user's own config files w
 
 import logging
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from hydra.utils import instantiate
 
 from runner.checkpoint.files import load_checkpoint
 from runner.cli.hydra_app import CONFIG_DIR
-from runner.config.errors import ConfigError
+from runner.config.errors import ConfigError, UserError
 from runner.config.schema import RunConfig
 from runner.config.trust import folder_targets, targets_in
 from runner.experiment.train import train
@@ -124,6 +125,82 @@ def test_a_dict_batch_without_its_targets_names_data_target_key(run):
         run("trainer.max_steps=2", model="FeatureModel", dataset="dicts", target_key="target")
 
 
+# Data order: data.sampler
+
+
+def read_order() -> list[int]:
+    from any_model import RecordingPairs
+
+    return list(RecordingPairs.read)
+
+
+def test_a_sampler_of_the_users_makes_an_existing_loop_reproducible(run):
+    """A loop that shuffles with RandomSampler and a seeded generator: data.sampler names the sampler,
+    and runner gives it the training set and a generator seeded with the run's seed, as the loop did."""
+    run("data.sampler={_target_: torch.utils.data.RandomSampler}", "trainer.max_epochs=2", model="mlp",
+        dataset="recording_pairs")  # fmt: skip
+    trained = read_order()
+    from any_model import recording_pairs
+
+    train_set, _ = recording_pairs()
+    sampler = torch.utils.data.RandomSampler(train_set, generator=torch.Generator().manual_seed(3))  # seed=3
+    loop = [index for _ in range(2) for index in sampler]  # two epochs of the loop's order
+    assert trained == loop
+    assert loop[:70] != loop[70:] and sorted(loop[:70]) == list(range(70))
+
+
+def test_doctor_and_lr_find_read_the_samplers_order_too(monkeypatch):
+    """They read the training loader as it is built (no epoch set): its first batch is the order's."""
+    from runner.experiment.setup import prepare
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "plugins"))
+    config = configure(
+        "data.sampler={_target_: torch.utils.data.RandomSampler}", model="mlp", dataset="pairs"
+    )
+    prepared = prepare(config, instantiate, seed=3)
+    inputs, _ = next(iter(prepared.train_loader))
+    order = list(torch.utils.data.RandomSampler(range(70), generator=torch.Generator().manual_seed(3)))
+    assert torch.equal(inputs, prepared.parts.train_set.tensors[0][order[:16]])
+
+
+def test_a_sampler_that_cannot_be_built_is_one_line_before_the_run_writes(run, tmp_path, caplog):
+    with pytest.raises(ConfigError) as refused:
+        run("data.sampler={_target_: torch.utils.data.WeightedRandomSampler}", model="mlp", dataset="pairs")
+    assert str(refused.value).startswith(
+        "data.sampler._target_=torch.utils.data.WeightedRandomSampler could not be built (TypeError: Weighted"
+        "RandomSampler.__init__() missing 2 required positional arguments: 'weights' and 'num_samples')"
+    )
+    assert not list((tmp_path / "run").iterdir())
+    run("data.sampler={_target_: torch.utils.data.SequentialSampler}", "trainer.max_steps=1", model="mlp",
+        dataset="pairs")  # fmt: skip
+    assert "data order       data.sampler=torch.utils.data.SequentialSampler" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        "data.sampler={_target_: torch.utils.data.RandomSampler}",  # its generator's state is saved
+        f"data.sampler={{_target_: {PLUGIN}.CountedShuffle}}",  # its own state_dict is saved
+    ],
+    ids=["generator", "state_dict"],
+)
+def test_a_resumed_run_continues_the_samplers_order_exactly(run, tmp_path, sampler):
+    """Stopped two steps into epoch 2 (5 steps an epoch), resumed to the end of epoch 3: the same
+    samples in the same order, and the same weights, as a run never stopped."""
+    straight = run(sampler, "trainer.max_epochs=3", model="mlp", dataset="recording_pairs",
+                   run_dir=tmp_path / "a")  # fmt: skip
+    never_stopped = read_order()
+    run(sampler, "trainer.max_epochs=3", "trainer.max_steps=7", model="mlp", dataset="recording_pairs",
+        run_dir=tmp_path / "b")  # fmt: skip
+    first_part = read_order()
+    stopped = torch.load(tmp_path / "b" / "checkpoints" / "last.pt", weights_only=True)["sampler_state_dict"]
+    assert stopped["epoch"] == 1 and sorted(stopped["order"].tolist()) == list(range(70))  # epoch 2's order
+    resumed = run(sampler, "trainer.max_epochs=3", f"resume={tmp_path / 'b'}", model="mlp",
+                  dataset="recording_pairs", run_dir=tmp_path / "b")  # fmt: skip
+    assert first_part + read_order() == never_stopped  # 70 + 32 samples, then the rest
+    assert same_weights(weights(straight), weights(resumed))
+
+
 # 2. The model's own loss
 
 
@@ -137,6 +214,44 @@ def test_a_model_that_returns_its_own_loss_trains_with_no_wrapper(run, tmp_path)
 
 
 # 3. Metrics
+
+
+def test_a_metric_that_never_gets_a_value_is_a_warning_at_the_first_validation(train_here, caplog):
+    """Accuracy on a regression counts nothing: the run plan lists val/acc, the run never logs it."""
+    run_dir = train_here("data=regression", "metrics=accuracy", "trainer.max_steps=4",
+                         "trainer.val_every_n_steps=2", "trainer.max_epochs=null")  # fmt: skip
+    assert "val/acc" not in read_scalars(run_dir)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    said = [message for message in warnings if message.startswith("val/acc: listed in the run plan")]
+    assert len(said) == 1, warnings  # at the first validation only, not at each
+    assert "remove it from metrics" in said[0]
+
+
+def test_perplexity_on_a_regression_is_refused_before_the_run_writes(train_here, tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        train_here("data=regression", "metrics=perplexity", "trainer.max_steps=2")
+    assert str(refused.value) == (
+        "metrics.ppl: Perplexity is exp of the validation loss, a perplexity only for a cross-entropy loss, "
+        "but loss is MSELoss (a regression loss); remove ppl from metrics (metrics=none)"
+    )
+    assert not list((tmp_path / "run").iterdir())
+
+
+def test_a_batch_that_cannot_be_collated_names_data_collate_fn_before_the_run_writes(run, tmp_path):
+    """Variable-length sequences and torch's default collate: one line, nothing written."""
+    with pytest.raises(BatchError) as refused:
+        run("trainer.max_steps=2", model="TokenTagger", dataset="sequences")
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "the first batch cannot be collated: torch's default collate (data.collate_fn=null) raised "
+        "RuntimeError: stack expects each tensor to be equal size"
+    ), message
+    assert message.endswith(
+        "like dict(tokens=Tensor[7] int64, labels=Tensor[7] int64); set data.collate_fn to a _target_ "
+        "collator that builds one batch from a list of them (variable-length sequences need padding)"
+    ), message
+    assert not list((tmp_path / "run").iterdir())
 
 
 def test_perplexity_is_exp_of_the_token_weighted_validation_loss(run):
@@ -286,18 +401,61 @@ def recorder(stop_at=None):
 
 
 def test_a_callback_sees_every_hook_logs_scalars_and_can_end_the_run(run, recorded, caplog):
-    run_dir = run("trainer.max_epochs=3", model="mlp", dataset="pairs", edit=recorder(stop_at=7))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # context.log of a tensor that requires grad: no warning
+        run_dir = run("trainer.max_epochs=3", model="mlp", dataset="pairs", edit=recorder(stop_at=7))
     (callback,) = recorded
-    # The validation that ends the run (step 7, off the per-epoch cadence) is logged, but is not one of
-    # the cadence's: it calls no on_validation_end (nor steps a plateau scheduler).
+    # The validation that ends the run (step 7, off the per-epoch cadence) calls on_validation_end too.
     assert callback.calls == [("on_train_start", 0), ("on_validation_end", 5), ("on_epoch_end", 1),
-                              ("on_train_end", 7)]  # fmt: skip
+                              ("on_validation_end", 7), ("on_train_end", 7)]  # fmt: skip
     assert [step for step, _ in read_scalars(run_dir)["val/loss"]] == [5, 7]
     assert [step for step, _ in read_scalars(run_dir)["custom/steps_seen"]] == list(range(1, 8))
+    assert [step for step, _ in read_scalars(run_dir)["custom/weight_sum"]] == list(range(1, 8))
+    # Each step's batch (70 samples: four of 16, then 6) and the model's outputs for it, detached.
+    assert callback.step_data[:5] == [((16, 6), (16,), (16, 3), False)] * 4 + [((6, 6), (6,), (6, 3), False)]
     checkpoint = torch.load(run_dir / "checkpoints" / "last.pt")
     assert checkpoint["global_step"] == 7
     assert checkpoint["callbacks_state_dict"] == {"recorder": {"steps_seen": 7}}
     assert "stopped at step 7 (epoch 1): the recorder stops at step 7" in caplog.text
+
+
+def test_on_validation_end_runs_for_the_final_validation_when_max_steps_ends_mid_epoch(run, recorded):
+    """Five steps an epoch, validated per epoch: step 7 ends the run two steps into epoch 2."""
+    run_dir = run("trainer.max_steps=7", model="mlp", dataset="pairs", edit=recorder())
+    (callback,) = recorded
+    assert [step for step, _ in read_scalars(run_dir)["val/loss"]] == [5, 7]
+    assert [call for call in callback.calls if call[0] == "on_validation_end"] == [
+        ("on_validation_end", 5), ("on_validation_end", 7)
+    ]  # fmt: skip
+    assert callback.extra_validations == [False, True]  # step 7's is off the per-epoch cadence
+
+
+def test_a_callback_gets_a_models_output_class_detached(monkeypatch):
+    """transformers-style outputs (a dataclass with .loss and .logits) reach on_step_end detached."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "plugins"))
+    from any_model import Output
+
+    from runner.training.callbacks import detached
+
+    logits = torch.ones(2, 3, requires_grad=True) * 3
+    given = detached({"out": Output(logits.sum(), logits), "pair": (logits, [logits])})
+    assert isinstance(given["out"], Output) and torch.equal(given["out"].logits, logits.detach())
+    tensors = [given["out"].loss, given["out"].logits, given["pair"][0], given["pair"][1][0]]
+    assert not any(tensor.requires_grad for tensor in tensors)
+
+
+def test_context_log_says_in_one_line_that_images_are_not_scalars(run):
+    def add(config: RunConfig) -> None:
+        config.callbacks["images"] = {"_target_": f"{PLUGIN}.ImageLogger"}
+
+    with pytest.raises(UserError) as raised:
+        run("trainer.max_steps=2", model="mlp", dataset="pairs", edit=add)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "context.log('custom/images', ...) takes one number (a TensorBoard scalar), not a tensor of shape "
+        "(4, 3, 8, 8); images and other tensors are not scalars"
+    )
 
 
 def test_early_stopping_ends_the_run_with_its_last_validation_and_says_why(run, caplog):

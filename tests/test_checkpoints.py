@@ -2,6 +2,8 @@
 
 import math
 import pickle
+import shlex
+from pathlib import Path
 
 import pytest
 import torch
@@ -177,3 +179,42 @@ def test_the_periodic_file_just_written_is_never_pruned(tmp_path):
     checkpointer.after_step(TrainState(step=2))
     checkpointer.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000002.pt"]
+
+
+@pytest.mark.parametrize(
+    ("command_line", "printed"),
+    [
+        (
+            ["/venv/bin/python", "/venv/bin/torchrun", "--standalone", "--nproc_per_node=4", "-m", "runner",
+             "train", "model=cnn"],
+            "torchrun --standalone --nproc_per_node=4 -m runner train resume=/runs/a",
+        ),
+        (
+            ["/usr/bin/python3", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node", "8",
+             "--rdzv-backend=c10d", "--rdzv-endpoint=node0:29400", "--rdzv-id=job 7", "--max-restarts=3",
+             "-m", "runner", "train", "data=text"],
+            "python -m torch.distributed.run --nnodes=2 --nproc-per-node 8 --rdzv-backend=c10d "
+            "--rdzv-endpoint=node0:29400 '--rdzv-id=job 7' --max-restarts=3 -m runner train resume=/runs/a",
+        ),
+    ],
+)  # fmt: skip
+def test_the_resume_command_under_torchrun_keeps_torchruns_options(command_line, printed):
+    """What the interrupted run's torchrun was given (its agent's command line), the script replaced."""
+    from runner.experiment.relaunch import torchrun_options
+
+    launcher, options = torchrun_options(command_line)
+    assert " ".join([launcher, shlex.join([*options, "-m", "runner", "train", "resume=/runs/a"])]) == printed
+
+
+def test_the_resume_command_is_torchruns_wherever_torchrun_started_the_run(monkeypatch):
+    from runner.experiment.relaunch import resume_command, torchrun_options
+
+    assert torchrun_options(["/usr/bin/python", "-m", "runner", "train"]) is None
+    assert resume_command(Path("/runs/a")) == "python -m runner train resume=/runs/a"
+    # Under torchrun, where its agent's command line cannot be read (here the parent is not torchrun):
+    # rebuilt from what torchrun exports to its workers.
+    for name, value in {"TORCHELASTIC_RUN_ID": "x", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    assert resume_command(Path("/runs/a")) == (
+        "torchrun --standalone --nproc_per_node=2 -m runner train resume=/runs/a"
+    )

@@ -7,11 +7,13 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import PLUGINS, REPO, run_cli
+from conftest import PLUGINS, REPO, composed, run_cli
+from hydra.utils import instantiate
 from torch import nn
 from torch.utils.data import TensorDataset
 
 from runner.data.loading import make_loaders
+from runner.experiment.setup import build_optimizer, prepare
 from runner.tools.doctor import FAIL, PASS, SKIP, Setup, run_checks
 from runner.training.batches import ModelLoss
 from runner.training.precision import resolve_precision
@@ -243,6 +245,55 @@ def test_a_step_that_makes_the_loss_nan_fails_check_6_and_check_8_says_when():
     assert overfit.found.startswith("the loss went NaN at step 2 of 100 on one batch (it was "), said(overfit)
     assert "learning rate" in overfit.advice and "clip=1.0" not in overfit.advice  # clip is on already
     assert not any("dropout" in said(result) for result in results), table
+
+
+def doctor_on(*overrides: str) -> list:
+    """The checks on what ``runner doctor OVERRIDES`` builds, from the real composed config."""
+    config = composed(*overrides)
+    prepared = prepare(config, instantiate, config.seed)
+    return run_checks(
+        Setup(
+            model=prepared.parts.model,
+            optimizer_factory=lambda model: build_optimizer(instantiate, config, model),
+            loss_fn=prepared.parts.loss_fn,
+            train_loader=prepared.train_loader,
+            val_loader=prepared.val_loader,
+            device=prepared.device,
+            precision=prepared.precision,
+            clip=config.clip,
+            target_key=config.data.target_key,
+        )
+    )
+
+
+def advises(results, direction: str) -> bool:
+    return any(f"{direction} the learning rate" in r.advice or f"{direction} the lr" in r.advice
+               for r in results)  # fmt: skip
+
+
+def test_a_loss_that_more_than_doubles_advises_a_lower_learning_rate():
+    """The char RNN at lr 0.3: the loss on one batch rises from about 5 to about 15."""
+    results = doctor_on("data=text", "model=char_rnn", "optimizer.lr=0.3")
+    overfit = results[7]
+    first, last = (float(number) for number in overfit.found.split()[1:4:2])
+    assert last > 2 * first, said(overfit)
+    assert overfit.status == FAIL and "it more than doubled" in overfit.found, said(overfit)
+    assert overfit.advice == "lower the learning rate (optimizer.lr)", said(overfit)
+    assert not advises(results, "raise"), [said(r) for r in results]
+
+
+@pytest.mark.parametrize(
+    "make_setup",
+    [
+        lambda: setup_for(mlp(), INPUTS, LABELS, lr=1e-7),  # too low: the loss stays where it was
+        lambda: setup_for(mlp(), INPUTS, LABELS, lr=1e30),  # too high: NaN in one step
+        lambda: setup_for(mlp(), INPUTS * 1e3, LABELS, lr=1e-7, clip=None),  # large gradients, too low
+    ],
+)
+def test_one_report_never_advises_both_a_higher_and_a_lower_learning_rate(make_setup):
+    results = run_checks(make_setup())
+    assert advises(results, "raise") or advises(results, "lower"), [said(r) for r in results]
+    assert not (advises(results, "raise") and advises(results, "lower")), [said(r) for r in results]
 
 
 def test_healthy_setup_passes_every_check():

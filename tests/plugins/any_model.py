@@ -2,6 +2,7 @@
 streams, a transformers-style model, a model with norm layers, a callback that records its hooks."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -196,6 +197,8 @@ class Recorder:
         self.stop_at = stop_at
         self.calls: list[tuple[str, int]] = []
         self.steps_seen = 0
+        self.step_data: list[tuple] = []  # per step: the batch's and the outputs' shapes
+        self.extra_validations: list[bool] = []  # per validation: off the run's cadence
 
     def on_train_start(self, context) -> None:
         self.calls.append(("on_train_start", context.step))
@@ -203,11 +206,18 @@ class Recorder:
     def on_step_end(self, context) -> None:
         self.steps_seen += 1
         context.log("custom/steps_seen", self.steps_seen)
+        inputs, targets = context.batch
+        outputs = context.outputs
+        self.step_data.append((tuple(inputs.shape), tuple(targets.shape), tuple(outputs.shape),
+                               outputs.requires_grad))  # fmt: skip
+        # A tensor that requires grad: context.log detaches it.
+        context.log("custom/weight_sum", sum(p.sum() for p in context.model.parameters()))
         if self.stop_at is not None and context.step == self.stop_at:
             context.request_stop(f"the recorder stops at step {self.stop_at}")
 
     def on_validation_end(self, context) -> None:
         self.calls.append(("on_validation_end", context.step))
+        self.extra_validations.append(context.extra_validation)
         assert "val/loss" in context.metrics
 
     def on_epoch_end(self, context) -> None:
@@ -222,6 +232,13 @@ class Recorder:
 
     def load_state_dict(self, state: dict) -> None:
         self.steps_seen = state["steps_seen"]
+
+
+class ImageLogger:
+    """Logs a batch of images as if it were a scalar: the mistake context.log names."""
+
+    def on_step_end(self, context) -> None:
+        context.log("custom/images", torch.rand(4, 3, 8, 8))
 
 
 RECORDED: list[Recorder] = []  # the tests read the recorders of the runs they start
@@ -240,6 +257,43 @@ class CountingPairs(TensorDataset):
 def counting_pairs(num_train: int = 70, num_val: int = 30) -> tuple[CountingPairs, TensorDataset]:
     CountingPairs.reads = 0
     return CountingPairs(*blobs(num_train, 1)), TensorDataset(*blobs(num_val, 2))
+
+
+class RecordingPairs(TensorDataset):
+    """Records the index of every read, in order: the data order a run trained on."""
+
+    read: ClassVar[list[int]] = []
+
+    def __getitem__(self, index: int):
+        RecordingPairs.read.append(int(index))
+        return super().__getitem__(index)
+
+
+def recording_pairs(num_train: int = 70, num_val: int = 30) -> tuple[RecordingPairs, TensorDataset]:
+    RecordingPairs.read = []
+    return RecordingPairs(*blobs(num_train, 1)), TensorDataset(*blobs(num_val, 2))
+
+
+class CountedShuffle:
+    """A user's own order: each epoch a permutation drawn from its seed and the number of epochs drawn so
+    far, which it keeps as its state (state_dict/load_state_dict)."""
+
+    def __init__(self, data_source, seed: int):
+        self.size, self.seed, self.draws = len(data_source), seed, 0
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(1000 * self.seed + self.draws)
+        self.draws += 1
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+    def state_dict(self) -> dict:
+        return {"draws": self.draws}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.draws = state["draws"]
 
 
 class EpochNoiseStream(Stream):

@@ -60,6 +60,10 @@ class DataConfig:
         None, rule=int_at_least(1, nullable=True, null_means="data.batch_size"), resume="may_change"
     )
     shuffle: bool = setting(True, rule=BOOLEAN)
+    # A _target_ sampler ordering the training set instead of runner's randperm(seed + epoch) (which
+    # data.shuffle=false makes 0..N-1); given data_source/dataset, generator (seeded with the run's
+    # seed) and seed where its signature asks for them. null: runner's order.
+    sampler: Any = setting(None)
     drop_last: bool = setting(False, rule=BOOLEAN)
     num_workers: int = setting(0, rule=int_at_least(0), resume="may_change")
     # A _target_ building the DataLoader's collate_fn (a padding collator); null: torch's default.

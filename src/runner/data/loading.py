@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
+from runner.config.errors import UserError
+
 
 class EpochSampler(Sampler[int]):
     """Sample order that depends only on ``(seed, epoch)``: the same run always sees the same
@@ -35,12 +37,15 @@ class EpochSampler(Sampler[int]):
         self.epoch = epoch
         self.skip_samples = skip_samples
 
-    def epoch_order(self) -> list[int]:
+    def base_order(self) -> list[int]:
+        """The whole epoch's order, before it is split across processes."""
         if self.shuffle:
             generator = torch.Generator().manual_seed(self.seed + self.epoch)
-            order = torch.randperm(self.dataset_size, generator=generator).tolist()
-        else:
-            order = list(range(self.dataset_size))
+            return torch.randperm(self.dataset_size, generator=generator).tolist()
+        return list(range(self.dataset_size))
+
+    def epoch_order(self) -> list[int]:
+        order = self.base_order()
         padding = self.samples_per_rank * self.world_size - self.dataset_size
         order += order[:padding]
         return order[self.rank :: self.world_size]
@@ -50,6 +55,54 @@ class EpochSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.samples_per_rank - self.skip_samples
+
+
+class SamplerOrder(EpochSampler):
+    """The order of a sampler of the user's (``data.sampler``): each epoch's indices are drawn from it
+    once, at the epoch's start, then split across processes and resumed part-way as runner's own
+    order is. A checkpoint holds the epoch's order and the sampler's state after drawing it (its
+    ``state_dict``, else its ``generator``'s state), all tensors and numbers: a resumed run finishes
+    the epoch in the same order and draws the next ones as the uninterrupted run would."""
+
+    def __init__(self, sampler: Sampler[int], rank: int = 0, world_size: int = 1) -> None:
+        super().__init__(len(sampler), shuffle=False, seed=0, rank=rank, world_size=world_size)
+        self.sampler = sampler
+        self.order: list[int] = []
+        self.order_epoch: int | None = None  # the epoch ``order`` was drawn for
+
+    def base_order(self) -> list[int]:
+        """Drawn once per epoch, when the epoch is first read (or restored from a checkpoint)."""
+        if self.order_epoch != self.epoch:
+            if hasattr(self.sampler, "set_epoch"):  # DistributedSampler's protocol: an order per epoch
+                self.sampler.set_epoch(self.epoch)
+            order = [int(index) for index in self.sampler]
+            if len(order) != self.dataset_size:
+                raise UserError(
+                    f"data.sampler ({type(self.sampler).__name__}) gave {len(order)} indices in epoch "
+                    f"{self.epoch}, but its len() is {self.dataset_size}; a sampler must give len() "
+                    "indices each epoch"
+                )
+            self.order, self.order_epoch = order, self.epoch
+        return list(self.order)
+
+    def state_dict(self) -> dict[str, Any]:
+        own = self.sampler.state_dict() if hasattr(self.sampler, "state_dict") else None
+        generator = getattr(self.sampler, "generator", None)
+        return {
+            "epoch": self.order_epoch,
+            "order": torch.tensor(self.order, dtype=torch.int64),
+            "sampler": own,
+            "generator": generator.get_state()
+            if own is None and isinstance(generator, torch.Generator)
+            else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.order, self.order_epoch = state["order"].tolist(), state["epoch"]
+        if state["sampler"] is not None:
+            self.sampler.load_state_dict(state["sampler"])
+        elif state["generator"] is not None:
+            self.sampler.generator.set_state(state["generator"])
 
 
 def is_stream(dataset: Any) -> bool:
@@ -92,12 +145,17 @@ def make_loaders(
     val_batch_size: int | None = None,
     drop_last: bool = False,
     collate_fn: Callable | None = None,
+    order: Sampler[int] | None = None,
 ) -> tuple[DataLoader, DataLoader, EpochSampler | None]:
     """Train and validation loaders; the train sampler (``None`` for a stream) is returned to be
-    stepped per epoch. Validation never drops a batch."""
-    train_sampler = (
-        None if is_stream(train_set) else EpochSampler(len(train_set), shuffle, seed, rank, world_size)
-    )
+    stepped per epoch. ``order``: a sampler of the user's that orders the training set instead of
+    ``randperm(seed + epoch)``. Validation never drops a batch."""
+    if is_stream(train_set):
+        train_sampler = None
+    elif order is not None:
+        train_sampler = SamplerOrder(order, rank, world_size)
+    else:
+        train_sampler = EpochSampler(len(train_set), shuffle, seed, rank, world_size)
     val_sampler = None if is_stream(val_set) else EpochSampler(len(val_set), False, seed, rank, world_size)
     common = {"seed": seed, "pin_memory": pin_memory, "num_workers": num_workers, "collate_fn": collate_fn}
     train_loader = make_loader(train_set, batch_size, sampler=train_sampler, drop_last=drop_last, **common)

@@ -15,6 +15,7 @@ from runner.checkpoint.durable import WriteError
 from runner.checkpoint.policy import Checkpointer
 from runner.checkpoint.state import TrainState
 from runner.config.errors import UserError
+from runner.experiment.relaunch import resume_command
 from runner.observe.writer import MetricLogger
 from runner.training.callbacks import Callbacks
 from runner.training.distributed import any_process
@@ -97,5 +98,5 @@ def resume_advice(error: WriteError, last_good: Path | None, run_dir: Path) -> s
     when = "once there is space" if error.no_space else "once it can be written"
     if last_good is None:
         return f"the last good checkpoint is none (start the run again {when})"
-    resume = f"python -m runner train resume={run_dir}"
+    resume = resume_command(run_dir)
     return f"the last good checkpoint is {last_good} (resume with: {resume} {when})"

@@ -17,6 +17,7 @@ import torch
 
 from runner.config.errors import show
 from runner.config.schema import CheckpointConfig, RunConfig
+from runner.data.loading import is_stream
 from runner.training.batches import ModelLoss
 from runner.training.precision import Precision
 
@@ -171,6 +172,17 @@ def precision_plan(precision: Precision) -> str:
     return precision.used
 
 
+def order_plan(config: RunConfig, train_set: Any) -> str:
+    """How the training set is ordered each epoch."""
+    if is_stream(train_set):
+        return "a stream, read in its own order"
+    if config.data.sampler is not None:
+        return f"data.sampler={config.data.sampler['_target_']}"
+    if config.data.shuffle:
+        return "shuffled: randperm(seed + epoch)"
+    return "in the data set's order (data.shuffle=false)"
+
+
 def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]]:
     batch_size, accumulate, world_size = config.data.batch_size, config.accumulate, built.world_size
     limits = f"max_steps={show(config.trainer.max_steps)}, max_epochs={show(config.trainer.max_epochs)}"
@@ -189,6 +201,7 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
         *([("activation ckpt", notes["recomputed"])] if "recomputed" in notes else []),
         ("precision", precision_plan(built.precision)),
         ("seed", str(built.seed) + (" (drawn)" if config.seed is None else "")),
+        ("data order", order_plan(config, built.train_set)),
         (
             "effective batch",
             f"{batch_size * accumulate * world_size} = {batch_size} (data.batch_size) x "

@@ -5,16 +5,17 @@ Hydra-free: ``_target_`` configs become objects through the ``build`` function h
 ``instantiate`` from the command line), so a run can also be set up from plain Python.
 """
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from runner.config.errors import ConfigError, show
 from runner.config.schema import RunConfig
-from runner.data.loading import EpochSampler, make_loaders
+from runner.data.loading import EpochSampler, is_stream, make_loaders
 from runner.training.device import resolve_device
 from runner.training.distributed import ProcessInfo
 from runner.training.precision import Precision, resolve_precision
@@ -195,10 +196,11 @@ def prepare(config: RunConfig, build: Build, seed: int, process: ProcessInfo | N
     parts = build_model_and_data(config, build, device)
     data = config.data
     collate_fn = build_collate_fn(build, config)
+    order = build_sampler(build, config, parts.train_set, seed)
     train_loader, val_loader, train_sampler = make_loaders(
         parts.train_set, parts.val_set, data.batch_size, data.shuffle, data.num_workers, seed,
         pin_memory=device.type == "cuda", rank=process.rank, world_size=process.world_size,
-        val_batch_size=data.val_batch_size, drop_last=data.drop_last, collate_fn=collate_fn,
+        val_batch_size=data.val_batch_size, drop_last=data.drop_last, collate_fn=collate_fn, order=order,
     )  # fmt: skip
     return Prepared(device, precision, parts, train_loader, val_loader, train_sampler)
 
@@ -214,3 +216,38 @@ def build_collate_fn(build: Build, config: RunConfig) -> Callable | None:
             "a function with _partial_: true"
         )
     return collate_fn
+
+
+def build_sampler(build: Build, config: RunConfig, train_set: Any, seed: int) -> Any:
+    """``data.sampler``, given what its signature asks for and its config does not set, as a loop
+    builds it: the training set (``data_source`` or ``dataset``), a generator seeded with the run's
+    seed (``generator``), the seed itself (``seed``)."""
+    spec = config.data.sampler
+    if spec is None:
+        return None
+    if is_stream(train_set):
+        raise ConfigError(
+            f"data.sampler._target_={spec['_target_']}: the training set is a stream (IterableDataset), "
+            "which has no indices to order; set data.sampler=null"
+        )
+    partial = build_component(build, "data.sampler", {**spec, "_partial_": True})
+    offered = {
+        "data_source": train_set,
+        "dataset": train_set,
+        "generator": torch.Generator().manual_seed(seed),
+        "seed": seed,
+    }
+    wanted = inspect.signature(partial).parameters
+    given = {name: value for name, value in offered.items() if name in wanted and name not in spec}
+    sampler = build_component(lambda _: partial(**given), "data.sampler", spec)
+    if not (hasattr(sampler, "__iter__") and hasattr(sampler, "__len__")):
+        raise ConfigError(
+            f"data.sampler._target_={spec['_target_']} built a {type(sampler).__name__}, which is not a "
+            "sampler: it must have __iter__ (the indices of one epoch) and __len__"
+        )
+    if isinstance(sampler, DistributedSampler):
+        raise ConfigError(
+            f"data.sampler._target_={spec['_target_']}: runner splits the order across processes itself; "
+            "give a sampler of the whole training set (RandomSampler, or your own order)"
+        )
+    return sampler

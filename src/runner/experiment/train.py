@@ -22,10 +22,11 @@ from runner.checkpoint.state import TrainState
 from runner.config.errors import UserError
 from runner.config.schema import RunConfig
 from runner.config.typed import as_dict
-from runner.data.loading import StreamPosition, batches_per_epoch
+from runner.data.loading import SamplerOrder, StreamPosition, batches_per_epoch
 from runner.experiment.finish import Run, resume_advice
 from runner.experiment.lock import refuse_if_held, run_dir_lock
 from runner.experiment.parallel import spread_model
+from runner.experiment.relaunch import resume_command
 from runner.experiment.resume import check_planned_values, check_resume_compatible, check_world_size
 from runner.experiment.runplan import Built, run_plan
 from runner.experiment.setup import (
@@ -49,6 +50,7 @@ from runner.training.engine import (
     steps_per_epoch,
 )
 from runner.training.fit_check import check_fit
+from runner.training.metrics import check_metrics_fit_loss
 from runner.training.seeding import draw_seed
 from runner.training.speed import apply_speed_settings
 from runner.training.step import Learner
@@ -141,6 +143,7 @@ def train_in_this_process(
         config.data.target_key, skip_grad_sync=spread.skip_grad_sync, plain_model=model,
     )  # fmt: skip
     settings = loop_settings(config, build_named(build, "metrics", config.metrics))
+    check_metrics_fit_loss(settings.metrics, parts.loss_fn)
     callbacks = Callbacks({**build_named(build, "callbacks", config.callbacks), **(added_callbacks or {})})
     check_loadable(callbacks.state_dict(), "callbacks_state_dict")  # before anything is written
     micro_batches_per_epoch = batches_per_epoch(prepared.train_loader, prepared.train_sampler)
@@ -158,6 +161,11 @@ def train_in_this_process(
     keeps_position = stream is not None and hasattr(stream, "state_dict") and config.data.num_workers == 0
     position = StreamPosition(stream) if keeps_position else None
     others = {"callbacks": callbacks, **({"dataset": position} if position else {})}
+    if isinstance(prepared.train_sampler, SamplerOrder):  # data.sampler: its state resumes its order
+        others["sampler"] = prepared.train_sampler
+        check_loadable(
+            prepared.train_sampler.state_dict(), "sampler_state_dict"
+        )  # before anything is written
     stateful = Stateful(
         model, optimizer, schedule, precision.scaler, others, lambda: callbacks.averaged_state_dict(model)
     )
@@ -317,7 +325,7 @@ def report_end(
         saved = f"saved {last}" if last else "nothing saved (checkpoint.enabled=false)"
         log.warning("stopped by %s at step %d; %s", name, state.step, saved)
         if last:
-            log.warning("resume with: python -m runner train resume=%s", run_dir)
+            log.warning("resume with: %s", resume_command(run_dir))
         return
     if state.stop_reason is not None:
         log.info("stopped at step %d (epoch %d): %s", state.step, state.epoch, state.stop_reason)

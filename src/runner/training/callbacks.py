@@ -11,6 +11,7 @@ for ``eval``.
 """
 
 import copy
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -20,15 +21,21 @@ from typing import Any
 import torch
 from torch import nn
 
+from runner.config.errors import UserError
 from runner.training.validation import improves
 
 HOOKS = ("on_train_start", "on_step_end", "on_validation_end", "on_epoch_end", "on_train_end")
 
 
+class NotAScalar(UserError):
+    """``context.log`` was given something that is not one number (an image, a whole tensor)."""
+
+
 @dataclass
 class Context:
     """What a hook sees: where the run stands, the latest metrics, the model and optimizer, a way to
-    log TensorBoard scalars and a way to end the run."""
+    log TensorBoard scalars and a way to end the run. In ``on_step_end``, also the step's last
+    micro-batch (on the device) and the model's outputs for it (detached); None in other hooks."""
 
     model: nn.Module  # the plain module (never a DDP or compiled wrapper)
     optimizer: torch.optim.Optimizer
@@ -37,14 +44,55 @@ class Context:
     epoch: int = 0
     metrics: dict[str, float] = field(default_factory=dict)  # latest train/* and val/* values
     stop_reason: str | None = None
+    batch: Any = None
+    outputs: Any = None
+    # True in on_validation_end for the validation a run adds when it ends between two of its cadence's
+    # (max_steps mid-epoch): a callback that counts validations (patience) leaves this one out, so a
+    # run continued with a longer limit equals one never stopped.
+    extra_validation: bool = False
 
-    def log(self, tag: str, value: float) -> None:
-        """A TensorBoard scalar at the current optimizer step."""
-        self.log_scalar(tag, float(value), self.step)
+    def log(self, tag: str, value: float | int | torch.Tensor) -> None:
+        """A TensorBoard scalar at the current optimizer step: a number, or a tensor of one element
+        (detached and read here)."""
+        self.log_scalar(tag, scalar_value(tag, value), self.step)
 
     def request_stop(self, reason: str) -> None:
         """End the run after this hook: a final checkpoint is written, and ``reason`` is reported."""
         self.stop_reason = reason
+
+
+def scalar_value(tag: str, value: Any) -> float:
+    """One number from a number, a one-element tensor (detached first: no autograd warning) or
+    anything ``float()`` takes (a numpy scalar)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() == 1:
+            return float(value.detach().reshape(()).item())
+        given = f"a tensor of shape {tuple(value.shape)}"
+    else:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            shape = getattr(value, "shape", None)
+            given = f"a {type(value).__name__}" + (f" of shape {tuple(shape)}" if shape is not None else "")
+    raise NotAScalar(
+        f"context.log({tag!r}, ...) takes one number (a TensorBoard scalar), not {given}; images and "
+        "other tensors are not scalars: log a number computed from them, such as .mean()"
+    )
+
+
+def detached(value: Any) -> Any:
+    """Tensors detached inside tuples, lists, dicts and dataclasses (a model's output class, such as
+    transformers' ``ModelOutput``); other objects as they are. A callback reads them as values."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if type(value) is dict:
+        return {key: detached(item) for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(detached(item) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: detached(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **fields)
+    return value
 
 
 @dataclass
@@ -113,6 +161,8 @@ class EarlyStopping:
         self.bad_validations = 0
 
     def on_validation_end(self, context: Context) -> None:
+        if context.extra_validation:
+            return
         value = context.metrics[self.monitor]
         if improves(value, self.best, self.mode, self.min_delta):
             self.best, self.best_step, self.bad_validations = value, context.step, 0

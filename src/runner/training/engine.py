@@ -6,6 +6,7 @@ for itself whether to act.
 """
 
 import itertools
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -24,11 +25,15 @@ from runner.observe.progress import Progress
 from runner.observe.records import best_tag
 from runner.observe.writer import MetricLogger, NullLogger
 from runner.training.batches import check_structure
-from runner.training.callbacks import Callbacks, Context
+from runner.training.callbacks import Callbacks, Context, detached
+from runner.training.collation import first_batch
 from runner.training.device import to_floats
+from runner.training.metrics import unlogged_metrics_warning
 from runner.training.schedules import Schedule
 from runner.training.step import Learner, StepResult, accumulation_windows, clipped_norm, train_step
 from runner.training.validation import evaluate, improves
+
+log = logging.getLogger("runner")
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ def start_with_checked_batch(
     before the run writes anything. The same iterator then trains: nothing is read twice, no random
     state moves."""
     batches = first_epoch_batches(loaders, state)
-    first = next(batches, None)
+    first = first_batch(batches, loaders.train, loaders.sampler)
     if first is None:
         return iter(())
     check_structure(first, loss_fn, target_key)
@@ -197,8 +202,9 @@ def validate(
     on_cadence: bool = True,
 ) -> bool:
     """Validate, log, and update the best value; return whether it improved. Only a validation on the
-    run's cadence steps a scheduler on it and calls the callbacks: the one that ends a run between two
-    validations must not change what a longer run of the same settings would do."""
+    run's cadence steps a scheduler on it: the one that ends a run between two validations must not
+    change what a longer run of the same settings would do. Every validation calls the callbacks'
+    ``on_validation_end``, that one too, marked ``context.extra_validation``."""
     with hooks.callbacks.evaluation_weights(learner.plain_model):
         state.last_val = evaluate(
             learner.model, loader, learner.loss_fn, learner.device, learner.precision,
@@ -218,7 +224,9 @@ def validate(
     context.metrics.update(state.last_val)
     if on_cadence:
         schedule.after_validation(state.last_val)
-        hooks.callbacks.call("on_validation_end", context)
+    context.extra_validation = not on_cadence
+    hooks.callbacks.call("on_validation_end", context)
+    context.extra_validation = False
     return improved
 
 
@@ -240,6 +248,7 @@ def fit(
     progress = Progress(total_steps, initial_step=state.step)
     samples_since_log, last_log_time = 0, time.perf_counter()
     validated_at_step = None
+    first_validation = True
 
     def log_scalar(tag: str, value: float, step: int) -> None:
         hooks.logger.log_scalars(step, {tag: value})
@@ -249,11 +258,17 @@ def fit(
 
     def validate_once(on_cadence: bool = True) -> bool | None:
         """``None`` when this step was validated already."""
-        nonlocal validated_at_step
+        nonlocal validated_at_step, first_validation
         if validated_at_step == state.step:
             return None
         validated_at_step = state.step
-        return validate(learner, loaders.val, settings, state, hooks, progress, schedule, context, on_cadence)
+        improved = validate(
+            learner, loaders.val, settings, state, hooks, progress, schedule, context, on_cadence
+        )
+        if first_validation and (warning := unlogged_metrics_warning(settings.metrics, state.last_val)):
+            log.warning(warning)
+        first_validation = False
+        return improved
 
     def end_epoch(step_validates: bool) -> bool | None:
         """The position moves to the next epoch first: a checkpoint of this moment resumes at the next
@@ -289,8 +304,9 @@ def fit(
             for window, stream_ended in windows:
                 epoch_had_batches = True
                 result = train_step(
-                    learner, window, settings.clip_norm, check_finite=settings.on_nonfinite != "off"
-                )
+                    learner, window, settings.clip_norm, check_finite=settings.on_nonfinite != "off",
+                    keep_last=step_callbacks,
+                )  # fmt: skip
                 if result.applied:
                     state.nonfinite_in_a_row = 0
                     schedule.after_step()
@@ -317,7 +333,10 @@ def fit(
                     progress.update(state.step, scalars)
                     context.metrics.update(scalars)
                 if step_callbacks:
+                    context.batch, context.outputs = result.last_batch, detached(result.last_outputs)
                     hooks.callbacks.call("on_step_end", context)
+                    # Not held into the next step: the outputs may be large (an LM's logits).
+                    context.batch = context.outputs = result.last_batch = result.last_outputs = None
 
                 every = settings.val_every_n_steps
                 step_validates = bool(every) and state.step % every == 0

@@ -5,10 +5,13 @@
 validation loss (perplexity)."""
 
 import math
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import torch
+from torch import nn
 
+from runner.config.errors import ConfigError
 from runner.training.distributed import sum_across_processes
 
 
@@ -77,3 +80,36 @@ class Perplexity:
 
 def uses_loss(metric: Any) -> bool:
     return hasattr(metric, "from_validation_loss")
+
+
+# Losses that are not a negative log-likelihood over classes: exp of them is no perplexity.
+REGRESSION_LOSSES = (nn.MSELoss, nn.L1Loss, nn.SmoothL1Loss, nn.HuberLoss)
+
+
+def check_metrics_fit_loss(metrics: Mapping[str, Any], loss_fn: Callable) -> None:
+    """A metric computed from the validation loss (perplexity) needs a cross-entropy loss: with a
+    regression loss it would log a number that means nothing. Checked before the run writes."""
+    if not isinstance(loss_fn, REGRESSION_LOSSES):
+        return
+    for name, metric in metrics.items():
+        if uses_loss(metric):
+            raise ConfigError(
+                f"metrics.{name}: {type(metric).__name__} is exp of the validation loss, a perplexity only "
+                f"for a cross-entropy loss, but loss is {type(loss_fn).__name__} (a regression loss); "
+                f"remove {name} from metrics (metrics=none)"
+            )
+
+
+def unlogged_metrics_warning(metrics: Mapping[str, Any], values: Mapping[str, float]) -> str | None:
+    """What to say when a validation gives no value for metrics the run plan lists; None when it
+    gives them all."""
+    missing = [f"val/{name}" for name in metrics if f"val/{name}" not in values]
+    if not missing:
+        return None
+    names = ", ".join(missing)
+    return (
+        f"{names}: listed in the run plan (metrics), but the first validation gave no value, so "
+        f"{'they are' if len(missing) > 1 else 'it is'} not logged: a metric counts the model's class "
+        "scores (logits) against integer targets, and this run's outputs or targets are not those; "
+        "remove it from metrics"
+    )

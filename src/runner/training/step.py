@@ -9,6 +9,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -50,6 +51,9 @@ class StepResult:
     applied: bool  # False: a non-finite gradient, the update was skipped
     samples: int  # in the window
     group_lrs: tuple[float, ...] = ()  # every parameter group's rate, when there are several
+    # With keep_last: the window's last micro-batch (on the device) and what the model returned for it.
+    last_batch: Any = None
+    last_outputs: Any = None
 
 
 def accumulation_windows(batches: Iterable, micro_batches_per_step: int) -> Iterator[list]:
@@ -74,11 +78,16 @@ def global_norm(norm: torch.Tensor) -> torch.Tensor:
 
 
 def train_step(
-    learner: Learner, window: list, clip_norm: float | None, check_finite: bool = True
+    learner: Learner,
+    window: list,
+    clip_norm: float | None,
+    check_finite: bool = True,
+    keep_last: bool = False,
 ) -> StepResult:
     """Forward and backward over the window's micro-batches, then unscale, clip and update. With
     ``check_finite`` a non-finite gradient norm leaves the weights and optimizer as they are (one read
-    of the norm per step). Gradients are cleared after the update."""
+    of the norm per step). Gradients are cleared after the update. ``keep_last`` returns the last
+    micro-batch and its outputs (for callbacks); off, nothing holds them past the step."""
     model, precision, optimizer = learner.model, learner.precision, learner.optimizer
     samples = [count_samples(batch, learner.target_key) for batch in window]
     window_samples = sum(samples)
@@ -88,7 +97,10 @@ def train_step(
         last_micro_batch = index == len(window) - 1
         with nullcontext() if last_micro_batch else learner.skip_grad_sync():
             with precision.autocast():
-                loss = forward(model, batch, learner.loss_fn, learner.target_key).loss
+                result = forward(model, batch, learner.loss_fn, learner.target_key)
+            # Outputs (an LM's logits) kept past the micro-batch only when asked: they cost memory.
+            loss, outputs = result.loss, result.outputs if keep_last else None
+            del result
             # Weight each micro-batch's mean loss by its share of the window's samples: the summed
             # gradient is then the gradient of the mean loss over the whole window, also for a short
             # last window (dividing by the window count would not be). A window of one micro-batch
@@ -118,4 +130,5 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
     # The window's mean loss (one micro-batch: its loss as it is, no extra op).
     window_loss = weighted_losses[0] if len(weighted_losses) == 1 else sum(weighted_losses)
-    return StepResult(window_loss, grad_norm_before_clip, lr, applied, window_samples, group_lrs)
+    last = (batch, outputs) if keep_last else (None, None)
+    return StepResult(window_loss, grad_norm_before_clip, lr, applied, window_samples, group_lrs, *last)

@@ -53,11 +53,13 @@ class Finding:
 
 @dataclass
 class Probe:
-    """What the checks share as they run: the first batch (on the device) and its loss."""
+    """What the checks share as they run: the first batch (on the device) and its loss, and whether an
+    earlier check advised a lower learning rate (a later one must not then advise a higher one)."""
 
     setup: Setup
     batch: Any = None  # the first training batch, moved to the device; None when it cannot be used
     loss: torch.Tensor | None = None
+    advised_lower_lr: bool = False
 
 
 def named_values(batch: Any, name: str = "") -> Iterator[tuple[str, Any]]:

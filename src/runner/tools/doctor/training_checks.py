@@ -77,6 +77,8 @@ def check_gradients(probe: Probe) -> Finding:
             "names it): sqrt or norm of 0 and pow with a fractional exponent are the usual ones",
         )
     found = f"total norm {total:.4g}; largest: {largest}"
+    if (clip is not None and total > 10 * clip) or (clip is None and total > 1e3):
+        probe.advised_lower_lr = True
     if clip is not None and total > 10 * clip:
         return Finding(
             WARN,
@@ -118,6 +120,7 @@ def check_update(probe: Probe) -> Finding:
     rates = ", ".join(f"{lr:g}" for lr in lrs)
     blown_up = blow_up(probe, broken_before, loss_before, rates)
     if blown_up is not None:
+        probe.advised_lower_lr = True
         with torch.no_grad():  # the later checks test the model, not this step's damage
             for name, parameter in model.named_parameters():
                 parameter.copy_(before[name])
@@ -317,10 +320,28 @@ def check_overfit(probe: Probe, steps: int = 100) -> Finding:
         )
     first, last = losses[0], min(losses[-5:])
     found = f"loss {first:.4g} -> {last:.4g} in {steps} steps on one batch"
-    if last > 0.7 * first:
+    if last <= 0.7 * first:
+        return Finding(PASS, found)
+    lower = "lower the learning rate (optimizer.lr)" + (
+        "" if setup.clip is not None else " and add gradient clipping (clip=1.0)"
+    )
+    if last > 2 * first:
+        return Finding(FAIL, found + " (it more than doubled: the steps overshoot)", lower)
+    if max(losses) > 2 * first:
+        highest = max(range(steps), key=losses.__getitem__) + 1
+        return Finding(
+            FAIL,
+            found + f" (it should fall clearly; it rose to {losses[highest - 1]:.4g} at step {highest})",
+            lower,
+        )
+    if probe.advised_lower_lr:  # a higher rate here would contradict that check
         return Finding(
             FAIL,
             found + " (it should fall clearly)",
-            "raise the learning rate a little, check that targets match inputs",
+            "check that targets match inputs; the learning-rate advice of checks 5 and 6 comes first",
         )
-    return Finding(PASS, found)
+    return Finding(
+        FAIL,
+        found + " (it should fall clearly)",
+        "raise the learning rate a little, check that targets match inputs",
+    )
