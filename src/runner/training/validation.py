@@ -13,6 +13,7 @@ from runner.observe.writer import to_floats
 from runner.training.batches import count_samples, forward, logits_of, loss_elements, to_device
 from runner.training.distributed import sum_across_processes
 from runner.training.metrics import Accuracy, uses_loss
+from runner.training.modes import evaluation_mode
 from runner.training.precision import Precision
 
 
@@ -41,11 +42,9 @@ def evaluate(
         metric.reset()
         if isinstance(metric, nn.Module):
             metric.to(device)
-    was_training = model.training
-    model.eval()
     loss_sum = torch.zeros((), device=device)
     elements = torch.zeros((), device=device, dtype=torch.long)
-    with torch.no_grad():
+    with evaluation_mode(model), torch.no_grad():
         for batch in loader:
             batch = to_device(batch, device, channels_last)
             with precision.autocast():
@@ -57,7 +56,6 @@ def evaluate(
             if logits is not None and isinstance(result.targets, torch.Tensor):
                 for metric in batch_metrics.values():
                     metric.update(logits, result.targets)
-    model.train(was_training)
     loss_sum, elements = sum_across_processes(loss_sum), sum_across_processes(elements)
     values = {"val/loss": loss_sum / elements.clamp(min=1)}
     for name, metric in batch_metrics.items():

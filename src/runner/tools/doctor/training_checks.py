@@ -29,6 +29,7 @@ from runner.tools.doctor.probe import (
     value_text,
 )
 from runner.training.batches import Forward, forward, to_device
+from runner.training.modes import evaluation_mode
 from runner.training.step import Learner, train_step
 from runner.training.validation import evaluate
 
@@ -187,15 +188,11 @@ def eval_loss_kind(probe: Probe) -> str | None:
     """``NaN``, ``Inf`` or ``""`` (finite): the loss on the first batch under eval() and without
     gradients (no statistics updated, no randomness); None where it cannot be had."""
     setup = probe.setup
-    was_training = setup.model.training
-    setup.model.eval()
     try:
-        with torch.no_grad():
+        with evaluation_mode(setup.model), torch.no_grad():
             loss = forward(setup.model, probe.batch, setup.loss_fn, setup.target_key).loss
     except Exception:
         return None  # a model that cannot run in eval(): check 7 says why
-    finally:
-        setup.model.train(was_training)
     return nonfinite_kind(*count_nonfinite([loss.detach()])[:2])
 
 
@@ -217,10 +214,8 @@ def check_validation(probe: Probe) -> Finding:
     try:
         batch = to_device(next(iter(setup.val_loader)), setup.device)
         evaluate(model, [batch], setup.loss_fn, setup.device, setup.precision, target_key=setup.target_key)
-        model.eval()
-        with torch.no_grad():
+        with evaluation_mode(model), torch.no_grad():
             first, second = (forward(model, batch, setup.loss_fn, setup.target_key) for _ in range(2))
-        model.train()
     finally:
         for hook in hooks:
             hook.remove()
