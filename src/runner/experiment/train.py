@@ -140,6 +140,7 @@ def train_in_this_process(
     learner = Learner(
         spread.forward_model, parts.loss_fn, optimizer, precision, device, speed.channels_last,
         spread.skip_grad_sync, target_key=config.data.target_key, plain_model=model,
+        processes=process.world_size,
     )  # fmt: skip
     settings = loop_settings(config, build_named(build, "metrics", config.metrics))
     callbacks = Callbacks({**build_named(build, "callbacks", config.callbacks), **(added_callbacks or {})})

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from runner.training.batches import count_samples, forward, to_device
+from runner.training.batches import count_samples, forward, items_in_outputs, loss_items, to_device
+from runner.training.distributed import sum_across_processes
 from runner.training.precision import Precision
 
 
@@ -32,6 +33,7 @@ class Learner:
     skip_grad_sync: Callable[[], AbstractContextManager] = nullcontext
     target_key: str = "labels"  # where a mapping batch holds its targets
     plain_model: nn.Module | None = None  # the module inside any wrapper (callbacks see it); default: model
+    processes: int = 1  # that average their gradients (DDP, FSDP): the window's items are summed over them
     trainable: list[torch.Tensor] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -80,26 +82,38 @@ def train_step(
     ``check_finite`` a non-finite gradient norm leaves the weights and optimizer as they are (one read
     of the norm per step). Gradients are cleared after the update."""
     model, precision, optimizer = learner.model, learner.precision, learner.optimizer
-    samples = [count_samples(batch, learner.target_key) for batch in window]
-    window_samples = sum(samples)
-    weighted_losses = []
+    samples = sum(count_samples(batch, learner.target_key) for batch in window)
+    items = [loss_items(batch, learner.loss_fn, learner.target_key) for batch in window]
+    shares = item_shares(items, all_processes(sum(items), learner.processes), learner.processes)
+    said: list[torch.Tensor] = []  # the items a model with its own loss says it averaged over
+    losses, weighted_losses = [], []
     for index, batch in enumerate(window):
         batch = to_device(batch, learner.device, learner.channels_last)
         last_micro_batch = index == len(window) - 1
         with nullcontext() if last_micro_batch else learner.skip_grad_sync():
             with precision.autocast():
-                loss = forward(model, batch, learner.loss_fn, learner.target_key).loss
-            # Weight each micro-batch's mean loss by its share of the window's samples: the summed
-            # gradient is then the gradient of the mean loss over the whole window, also for a short
-            # last window (dividing by the window count would not be). A window of one micro-batch
-            # has share 1: no multiply (bit-identical, cheaper).
-            share = samples[index] / window_samples
-            weighted_loss = loss * share if share != 1.0 else loss
+                result = forward(model, batch, learner.loss_fn, learner.target_key)
+            loss, told = result.loss, items_in_outputs(result.outputs)
+            if said or (index == 0 and told is not None):
+                said.append(torch.as_tensor(items[index] if told is None else told, device=learner.device))
+            # Weight each micro-batch's mean loss by its share of the items the window's loss averages
+            # over (samples; tokens where the loss ignores padding): the summed gradient is then the
+            # gradient of the mean loss over the whole window and every process (whose gradients are
+            # averaged), also for a short last window. A share of 1 (one micro-batch, one process) is
+            # no multiply: bit-identical, cheaper. Counts a model says come after its forward: each
+            # micro-batch is weighed against the first, and the gradients rescaled after the window.
+            if said:
+                weighted_loss = loss * (said[-1].float() / said[0].float()) if index else loss
+            else:
+                weighted_loss = loss * shares[index] if shares[index] != 1.0 else loss
             precision.scaler.scale(weighted_loss).backward()
+        losses.append(loss.detach())
         weighted_losses.append(weighted_loss.detach())
 
-    # Clip only after backward, and under loss scaling only after unscaling.
     precision.scaler.unscale_(optimizer)
+    if said:
+        rescale_to_items_said(learner, torch.stack(said).float())
+    # Clip only after backward, and under loss scaling only after unscaling.
     grads = [p.grad for p in learner.trainable if p.grad is not None]
     # Over sharded gradients (strategy=fsdp) the global norm, the same on every process: clipping, the
     # logged norm and the non-finite guard then decide alike everywhere.
@@ -116,6 +130,39 @@ def train_step(
         precision.scaler.step(optimizer)  # under loss scaling it sees an overflow and skips the step
         precision.scaler.update()
     optimizer.zero_grad(set_to_none=True)
-    # The window's mean loss (one micro-batch: its loss as it is, no extra op).
-    window_loss = weighted_losses[0] if len(weighted_losses) == 1 else sum(weighted_losses)
-    return StepResult(window_loss, grad_norm_before_clip, lr, applied, window_samples, group_lrs)
+    if not said and learner.processes == 1:  # the shares are this window's: its mean is their sum
+        window_loss = weighted_losses[0] if len(weighted_losses) == 1 else sum(weighted_losses)
+    else:  # this process's own mean over its items
+        counts = torch.stack(said).float() if said else torch.tensor(items, dtype=torch.float32)
+        weights = (counts / counts.sum().clamp(min=1)).to(losses[0].device)
+        window_loss = sum(weight * loss.float() for weight, loss in zip(weights, losses, strict=True))
+    return StepResult(window_loss, grad_norm_before_clip, lr, applied, samples, group_lrs)
+
+
+def item_shares(items: list[int], all_items: int, processes: int) -> list[float]:
+    """Each micro-batch's weight: its items times the process count over every process's items (with
+    one process, over the window's). Whole numbers divided once: the correctly rounded ratio, so
+    counts proportional to the samples weigh exactly as samples do, and equal processes as one."""
+    return [count * processes / max(all_items, 1) for count in items]
+
+
+def all_processes(count: int, processes: int) -> int:
+    """The sum of ``count`` over every process (one small collective on the CPU); itself with one."""
+    if processes == 1:
+        return count
+    return int(sum_across_processes(torch.tensor(count, dtype=torch.int64)).item())
+
+
+def rescale_to_items_said(learner: Learner, said: torch.Tensor) -> None:
+    """The gradients hold the sum of each micro-batch's gradient times its items over the first's; times
+    the first's items and the process count over every process's items, they are the gradient of the
+    mean over all those items. Nothing to do for one micro-batch on one process."""
+    if learner.processes == 1 and len(said) == 1:
+        return
+    total = said.sum()
+    if learner.processes > 1:
+        total = sum_across_processes(total.clone())
+    factor = float(said[0] * learner.processes / total.clamp(min=1))  # a number: sharded gradients take it
+    for parameter in learner.trainable:
+        if parameter.grad is not None:
+            parameter.grad.mul_(factor)

@@ -10,7 +10,15 @@ import torch
 from torch import nn
 
 from runner.observe.writer import to_floats
-from runner.training.batches import count_samples, forward, logits_of, loss_elements, to_device
+from runner.training.batches import (
+    ModelLoss,
+    count_samples,
+    forward,
+    items_in_outputs,
+    logits_of,
+    loss_elements,
+    to_device,
+)
 from runner.training.distributed import sum_across_processes
 from runner.training.metrics import Accuracy, uses_loss
 from runner.training.modes import evaluation_mode
@@ -49,7 +57,9 @@ def evaluate(
             batch = to_device(batch, device, channels_last)
             with precision.autocast():
                 result = forward(model, batch, loss_fn, target_key)
-            count = loss_elements(loss_fn, result.targets, count_samples(batch, target_key))
+            count = items_in_outputs(result.outputs) if isinstance(loss_fn, ModelLoss) else None
+            if count is None:
+                count = loss_elements(loss_fn, result.targets, count_samples(batch, target_key))
             loss_sum += result.loss.float() * count
             elements += count
             logits = logits_of(result.outputs)
