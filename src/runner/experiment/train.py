@@ -39,6 +39,7 @@ from runner.observe.records import record_split, write_run_record
 from runner.observe.runplan import Built, run_plan
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
+from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job, process_group_of_one
 from runner.training.engine import (
     Loaders,
@@ -159,7 +160,12 @@ def train_in_this_process(
     stream = parts.train_set if prepared.train_sampler is None else None
     keeps_position = stream is not None and hasattr(stream, "state_dict") and config.data.num_workers == 0
     position = StreamPosition(stream) if keeps_position else None
-    others = {"callbacks": callbacks, **({"dataset": position} if position else {})}
+    carried = carried_state_of(model)
+    others = {
+        "callbacks": callbacks,
+        **({"dataset": position} if position else {}),
+        **({"carried": carried} if not isinstance(carried, NoCarriedState) else {}),
+    }
     stateful = Stateful(
         model, optimizer, schedule, precision.scaler, others, lambda: callbacks.averaged_state_dict(model)
     )
