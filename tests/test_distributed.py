@@ -182,13 +182,16 @@ def test_a_sweep_under_torchrun_runs_each_job_on_every_rank(tmp_path):
     assert "runner: error: hparams_search=digits_optuna: under torchrun a sweep runs" in optuna.stderr
 
 
-def test_two_processes_weigh_padded_lm_batches_by_every_process_tokens(tmp_path):
+@pytest.mark.parametrize("model", ["causal_lm.TinyCausalLM", "counted_lm.CountedCausalLM"],
+                         ids=["counted-from-labels", "said-by-the-model"])  # fmt: skip
+def test_two_processes_weigh_padded_lm_batches_by_every_process_tokens(tmp_path, model):
     """Lines of different lengths: 2 processes x 1 line x accumulate 2 give the weights of 1 process x 4
-    lines, because each micro-batch weighs by its tokens over all the processes' tokens of the step."""
+    lines, because each micro-batch weighs by its tokens over all the processes' tokens of the step,
+    counted from the labels or said by the model's output."""
     example = REPO / "examples" / "causal_lm"
     env = {**ENV, "PYTHONPATH": str(example) + os.pathsep + ENV["PYTHONPATH"]}
     lm = (f"hydra.searchpath=[file://{example / 'conf'}]", "+experiment=causal_lm", "callbacks=none",
-          "model.width=16", "model.layers=1", "trainer.max_steps=4")  # fmt: skip
+          f"model._target_={model}", "model.width=16", "model.layers=1", "trainer.max_steps=4")  # fmt: skip
     single = run_cli(
         "train", *lm, "data.batch_size=4", f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path, env=env
     )

@@ -96,14 +96,18 @@ def train_step(
             loss, told = result.loss, items_in_outputs(result.outputs)
             if said or (index == 0 and told is not None):
                 said.append(torch.as_tensor(items[index] if told is None else told, device=learner.device))
+                if index == 0:  # what every process weighs its micro-batches against: the same number
+                    reference = summed(said[0].float(), learner.processes)
             # Weight each micro-batch's mean loss by its share of the items the window's loss averages
             # over (samples; tokens where the loss ignores padding): the summed gradient is then the
             # gradient of the mean loss over the whole window and every process (whose gradients are
             # averaged), also for a short last window. A share of 1 (one micro-batch, one process) is
             # no multiply: bit-identical, cheaper. Counts a model says come after its forward: each
-            # micro-batch is weighed against the first, and the gradients rescaled after the window.
+            # micro-batch is weighed against the first ones' (of every process), and the gradients
+            # rescaled once the window's count is known.
             if said:
-                weighted_loss = loss * (said[-1].float() / said[0].float()) if index else loss
+                alone = index == 0 and learner.processes == 1
+                weighted_loss = loss if alone else loss * (said[-1].float() / reference)
             else:
                 weighted_loss = loss * shares[index] if shares[index] != 1.0 else loss
             precision.scaler.scale(weighted_loss).backward()
@@ -112,7 +116,7 @@ def train_step(
 
     precision.scaler.unscale_(optimizer)
     if said:
-        rescale_to_items_said(learner, torch.stack(said).float())
+        rescale_to_items_said(learner, torch.stack(said).float(), reference)
     # Clip only after backward, and under loss scaling only after unscaling.
     grads = [p.grad for p in learner.trainable if p.grad is not None]
     # Over sharded gradients (strategy=fsdp) the global norm, the same on every process: clipping, the
@@ -153,16 +157,19 @@ def all_processes(count: int, processes: int) -> int:
     return int(sum_across_processes(torch.tensor(count, dtype=torch.int64)).item())
 
 
-def rescale_to_items_said(learner: Learner, said: torch.Tensor) -> None:
-    """The gradients hold the sum of each micro-batch's gradient times its items over the first's; times
-    the first's items and the process count over every process's items, they are the gradient of the
-    mean over all those items. Nothing to do for one micro-batch on one process."""
+def summed(value: torch.Tensor, processes: int) -> torch.Tensor:
+    """``value`` summed over every process (a collective on its device); itself with one."""
+    return value if processes == 1 else sum_across_processes(value.clone())
+
+
+def rescale_to_items_said(learner: Learner, said: torch.Tensor, reference: torch.Tensor) -> None:
+    """The gradients hold each micro-batch's gradient times its items over ``reference``, averaged over
+    the processes; times the process count and ``reference`` over every process's items, they are the
+    gradient of the mean over all those items. Nothing to do for one micro-batch on one process."""
     if learner.processes == 1 and len(said) == 1:
         return
-    total = said.sum()
-    if learner.processes > 1:
-        total = sum_across_processes(total.clone())
-    factor = float(said[0] * learner.processes / total.clamp(min=1))  # a number: sharded gradients take it
+    total = summed(said.sum(), learner.processes)
+    factor = float(reference * learner.processes / total.clamp(min=1))  # a number: sharded gradients take it
     for parameter in learner.trainable:
         if parameter.grad is not None:
             parameter.grad.mul_(factor)
