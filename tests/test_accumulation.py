@@ -11,6 +11,7 @@ from torch import nn
 from runner.training.batches import ModelLoss
 from runner.training.precision import resolve_precision
 from runner.training.step import Learner, train_step
+from runner.training.validation import evaluate
 
 CPU = torch.device("cpu")
 EXAMPLE = REPO / "examples" / "causal_lm"
@@ -143,3 +144,13 @@ def test_sample_mean_pairs_weigh_exactly_as_by_samples():
             parameter -= parameter.grad
     for mine, theirs in zip(window_model.parameters(), by_hand.parameters(), strict=True):
         assert torch.equal(mine, theirs)
+
+
+def test_validation_weighs_each_batch_by_the_items_the_model_says(causal_lm):
+    """val/loss over batches of 4, 24 and 4 predicted tokens is the mean over all 32 of them."""
+    model = twin_models(lambda: ShiftsItsOwnLabels(causal_lm))[0]
+    batches = [padded([SHORT]), padded([LONG]), padded([SHORT])]
+    values = evaluate(model, batches, ModelLoss(), CPU, resolve_precision("fp32", CPU), metrics={})
+    with torch.no_grad():
+        whole = model.eval()(*padded([SHORT, LONG, SHORT])).loss.item()
+    assert values["val/loss"] == pytest.approx(whole, rel=1e-5)
