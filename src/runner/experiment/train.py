@@ -160,7 +160,7 @@ def train_in_this_process(
     stream = parts.train_set if prepared.train_sampler is None else None
     keeps_position = stream is not None and hasattr(stream, "state_dict") and config.data.num_workers == 0
     position = StreamPosition(stream) if keeps_position else None
-    carried = carried_state_of(model)
+    carried = carried_state_of(model, process.world_size)
     others = {
         "callbacks": callbacks,
         **({"dataset": position} if position else {}),

@@ -29,12 +29,19 @@ class NoCarriedState:
         pass
 
 
-def carried_state_of(model: nn.Module) -> CarriedState | NoCarriedState:
+def carried_state_of(model: nn.Module, processes: int = 1) -> CarriedState | NoCarriedState:
     """The model's ``carried_state`` (None or absent: nothing carried); one that lacks part of the
-    protocol is named before the run starts."""
+    protocol, or one on several processes (each would carry its own, a checkpoint holds one), is
+    named before the run starts."""
     carried = getattr(model, "carried_state", None)
     if carried is None:
         return NoCarriedState()
+    if processes > 1:
+        raise UserError(
+            f"{type(model).__name__} carries a state from batch to batch (carried_state), and this run has "
+            f"{processes} processes: a checkpoint holds one process's carried state; run it in one process "
+            "(without torchrun), or turn the model's carried state off"
+        )
     missing = [name for name in PROTOCOL if not callable(getattr(carried, name, None))]
     if missing:
         raise UserError(
