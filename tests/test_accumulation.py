@@ -154,3 +154,21 @@ def test_validation_weighs_each_batch_by_the_items_the_model_says(causal_lm):
     with torch.no_grad():
         whole = model.eval()(*padded([SHORT, LONG, SHORT])).loss.item()
     assert values["val/loss"] == pytest.approx(whole, rel=1e-5)
+
+
+def test_class_weights_weigh_each_micro_batch_by_its_targets_weights():
+    """A class-weighted loss averages over the weights of its targets: a window of such batches is one
+    big batch, and so is validation over them."""
+    weights = torch.tensor([0.2, 1.0, 3.0])
+    loss_fn = nn.CrossEntropyLoss(weight=weights)
+    torch.manual_seed(0)
+    inputs, targets = torch.randn(6, 5), torch.tensor([0, 0, 0, 2, 1, 2])
+    window_model, big_model = twin_models(lambda: nn.Linear(5, 3))
+    micro_batches = [(inputs[:3], targets[:3]), (inputs[3:], targets[3:])]
+    window, window_loss = gradients_of_one_step(window_model, loss_fn, micro_batches)
+    big, big_loss = gradients_of_one_step(big_model, loss_fn, [(inputs, targets)])
+    assert_same_gradients(window, big)
+    assert window_loss == pytest.approx(big_loss, rel=1e-5)
+    values = evaluate(big_model, micro_batches, loss_fn, CPU, resolve_precision("fp32", CPU), metrics={})
+    with torch.no_grad():
+        assert values["val/loss"] == pytest.approx(loss_fn(big_model(inputs), targets).item(), rel=1e-5)

@@ -143,18 +143,19 @@ def train_step(
     return StepResult(window_loss, grad_norm_before_clip, lr, applied, samples, group_lrs)
 
 
-def item_shares(items: list[int], all_items: int, processes: int) -> list[float]:
+def item_shares(items: list[int | float], all_items: int | float, processes: int) -> list[float]:
     """Each micro-batch's weight: its items times the process count over every process's items (with
     one process, over the window's). Whole numbers divided once: the correctly rounded ratio, so
     counts proportional to the samples weigh exactly as samples do, and equal processes as one."""
-    return [count * processes / max(all_items, 1) for count in items]
+    return [count * processes / (all_items or 1) for count in items]
 
 
-def all_processes(count: int, processes: int) -> int:
+def all_processes(count: int | float, processes: int) -> int | float:
     """The sum of ``count`` over every process (one small collective on the CPU); itself with one."""
     if processes == 1:
         return count
-    return int(sum_across_processes(torch.tensor(count, dtype=torch.int64)).item())
+    dtype = torch.int64 if isinstance(count, int) else torch.float64
+    return sum_across_processes(torch.tensor(count, dtype=dtype)).item()
 
 
 def summed(value: torch.Tensor, processes: int) -> torch.Tensor:

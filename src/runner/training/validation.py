@@ -61,13 +61,13 @@ def evaluate(
             if count is None:
                 count = loss_elements(loss_fn, result.targets, count_samples(batch, target_key))
             loss_sum += result.loss.float() * count
-            elements += count
+            elements = elements + count  # class weights make it a float
             logits = logits_of(result.outputs)
             if logits is not None and isinstance(result.targets, torch.Tensor):
                 for metric in batch_metrics.values():
                     metric.update(logits, result.targets)
     loss_sum, elements = sum_across_processes(loss_sum), sum_across_processes(elements)
-    values = {"val/loss": loss_sum / elements.clamp(min=1)}
+    values = {"val/loss": loss_sum / elements.where(elements > 0, torch.ones_like(elements))}
     for name, metric in batch_metrics.items():
         if (value := metric.compute()) is not None:
             values[f"val/{name}"] = value
