@@ -172,3 +172,15 @@ def test_class_weights_weigh_each_micro_batch_by_its_targets_weights():
     values = evaluate(big_model, micro_batches, loss_fn, CPU, resolve_precision("fp32", CPU), metrics={})
     with torch.no_grad():
         assert values["val/loss"] == pytest.approx(loss_fn(big_model(inputs), targets).item(), rel=1e-5)
+
+
+def test_a_micro_batch_whose_targets_are_all_ignored_adds_nothing():
+    """Its own mean is 0/0; the window's gradient and logged loss are those of the other micro-batches."""
+    torch.manual_seed(0)
+    inputs, targets = torch.randn(4, 5), torch.tensor([0, 2, -100, -100])
+    window_model, big_model = twin_models(lambda: nn.Linear(5, 3))
+    micro_batches = [(inputs[:2], targets[:2]), (inputs[2:], targets[2:])]
+    window, window_loss = gradients_of_one_step(window_model, nn.CrossEntropyLoss(), micro_batches)
+    big, big_loss = gradients_of_one_step(big_model, nn.CrossEntropyLoss(), [(inputs, targets)])
+    assert_same_gradients(window, big)
+    assert window_loss == pytest.approx(big_loss, rel=1e-6)

@@ -134,12 +134,17 @@ def train_step(
         precision.scaler.step(optimizer)  # under loss scaling it sees an overflow and skips the step
         precision.scaler.update()
     optimizer.zero_grad(set_to_none=True)
-    if not said and learner.processes == 1:  # the shares are this window's: its mean is their sum
-        window_loss = weighted_losses[0] if len(weighted_losses) == 1 else sum(weighted_losses)
-    else:  # this process's own mean over its items
-        counts = torch.stack(said).float() if said else torch.tensor(items, dtype=torch.float32)
-        weights = (counts / counts.sum().clamp(min=1)).to(losses[0].device)
-        window_loss = sum(weight * loss.float() for weight, loss in zip(weights, losses, strict=True))
+    # The loss logged: this process's mean over its window's items. A micro-batch with no items (every
+    # target ignored) adds nothing: its own mean is 0/0, its gradient zero.
+    counts = [float(count) for count in said] if said else items
+    kept = [index for index, count in enumerate(counts) if count] or list(range(len(window)))
+    if len(window) == 1:
+        window_loss = losses[0]
+    elif not said and learner.processes == 1:  # the shares are this window's: the mean is their sum
+        window_loss = sum(weighted_losses[index] for index in kept)
+    else:
+        total = sum(counts[index] for index in kept) or 1
+        window_loss = sum(losses[index].float() * (counts[index] / total) for index in kept)
     return StepResult(window_loss, grad_norm_before_clip, lr, applied, samples, group_lrs)
 
 
