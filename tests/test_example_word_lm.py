@@ -12,7 +12,10 @@ import torch
 from conftest import REPO, composed, read_scalars, run_example
 from torch import nn
 
+from runner.data.loading import make_loaders
 from runner.data.text import TEXT_FILE
+from runner.tools.doctor import PASS, Setup, run_checks
+from runner.training.precision import resolve_precision
 
 EXAMPLE = REPO / "examples" / "word_lm"
 SEARCHPATH = f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]"
@@ -193,3 +196,21 @@ def test_the_users_command_line(tmp_path):
     scalars = read_scalars(run_dir)
     assert [step for step, _ in scalars["val/ppl"]] == [2, 3]  # the first epoch's end, and the run's end
     assert scalars["val/ppl"][-1][1] > 1
+
+
+def test_doctor_passes_the_model_that_carries_its_state(word_lm):
+    """Each of doctor's evaluations starts the evaluation state afresh at eval(), and its one-batch
+    overfit starts every step from the reset carried state: a carried state looks neither like
+    randomness in eval() nor like a batch the model cannot fit."""
+    torch.manual_seed(SEED)
+    model = word_lm.rnn_model(428, embedding=EMBEDDING, hidden=HIDDEN, carry_state=True)
+    train, val = word_lm.load_words(bptt=BPTT, columns=BATCH_SIZE, val_columns=1)
+    train_loader, val_loader, _ = make_loaders(
+        train, val, BATCH_SIZE, False, 0, 0, pin_memory=False, val_batch_size=1
+    )
+    results = run_checks(Setup(
+        model=model, optimizer_factory=lambda m: torch.optim.SGD(m.parameters(), lr=20),
+        loss_fn=nn.CrossEntropyLoss(), train_loader=train_loader, val_loader=val_loader,
+        device=torch.device("cpu"), precision=resolve_precision("fp32", torch.device("cpu")), clip=0.25,
+    ))  # fmt: skip
+    assert [result.status for result in results] == [PASS] * len(results), results

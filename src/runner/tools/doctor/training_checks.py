@@ -19,6 +19,7 @@ from runner.tools.doctor.probe import (
     WARN,
     Finding,
     Probe,
+    Setup,
     count_nonfinite,
     model_outputs,
     named_tensors,
@@ -29,6 +30,7 @@ from runner.tools.doctor.probe import (
     value_text,
 )
 from runner.training.batches import Forward, forward, to_device
+from runner.training.carried import carried_state_of
 from runner.training.modes import evaluation_mode
 from runner.training.step import Learner, train_step
 from runner.training.validation import evaluate
@@ -214,8 +216,7 @@ def check_validation(probe: Probe) -> Finding:
     try:
         batch = to_device(next(iter(setup.val_loader)), setup.device)
         evaluate(model, [batch], setup.loss_fn, setup.device, setup.precision, target_key=setup.target_key)
-        with evaluation_mode(model), torch.no_grad():
-            first, second = (forward(model, batch, setup.loss_fn, setup.target_key) for _ in range(2))
+        first, second = (eval_forward(model, batch, setup) for _ in range(2))
     finally:
         for hook in hooks:
             hook.remove()
@@ -247,6 +248,12 @@ def check_validation(probe: Probe) -> Finding:
             "use nn.Dropout (which eval() turns off), not F.dropout(..., training=True)",
         )
     return Finding(PASS, "eval() on every module, no gradient tracking, same output twice")
+
+
+def eval_forward(model: nn.Module, batch: Any, setup: Setup) -> Forward:
+    """One evaluation of its own: a model that carries a state starts it afresh at ``eval()``."""
+    with evaluation_mode(model), torch.no_grad():
+        return forward(model, batch, setup.loss_fn, setup.target_key)
 
 
 def nonfinite_in_eval(probe: Probe, batch: Any, result: Forward) -> Finding | None:
@@ -292,8 +299,13 @@ def check_overfit(probe: Probe, steps: int = 100) -> Finding:
     learner = Learner(
         model, setup.loss_fn, optimizer, setup.precision, setup.device, target_key=setup.target_key
     )
-    window = [probe.batch]
-    losses = [train_step(learner, window, setup.clip, check_finite=False).loss.item() for _ in range(steps)]
+    window, carried = [probe.batch], carried_state_of(model)
+
+    def step_from_the_same_state() -> float:
+        carried.reset()  # a model that carries a state from batch to batch: one batch, from one state
+        return train_step(learner, window, setup.clip, check_finite=False).loss.item()
+
+    losses = [step_from_the_same_state() for _ in range(steps)]
     if not all(math.isfinite(loss) for loss in losses[-5:]):
         went = next(step for step, loss in enumerate(losses, start=1) if not math.isfinite(loss))
         kind = "NaN" if any(math.isnan(loss) for loss in losses[went - 1 :]) else "Inf"
