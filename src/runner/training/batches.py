@@ -208,11 +208,11 @@ def loss_items(batch: Any, loss_fn: Callable, target_key: str = "labels") -> int
     return count.item() if isinstance(count, torch.Tensor) else count
 
 
-def items_in_outputs(outputs: Any) -> int | torch.Tensor | None:
+def items_in_outputs(outputs: Any) -> int | float | torch.Tensor | None:
     """What a model with its own loss says its loss averaged over: ``outputs.num_items_in_batch`` or
     ``outputs["num_items_in_batch"]`` (a number or a 0-d tensor); None where it does not say."""
     items = _field(outputs, "num_items_in_batch")
-    return items if isinstance(items, int | torch.Tensor) and not isinstance(items, bool) else None
+    return items if isinstance(items, int | float | torch.Tensor) and not isinstance(items, bool) else None
 
 
 def loss_elements(loss_fn: Callable, targets: Any, samples: int) -> int | torch.Tensor:
