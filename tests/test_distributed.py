@@ -187,3 +187,27 @@ def test_a_sweep_under_torchrun_runs_each_job_on_every_rank(tmp_path):
     optuna = torchrun("-m", "hparams_search=digits_optuna", cwd=tmp_path)
     assert optuna.returncode != 0
     assert "runner: error: hparams_search=digits_optuna: under torchrun a sweep runs" in optuna.stderr
+
+
+@pytest.mark.parametrize("model", ["causal_lm.TinyCausalLM", "counted_lm.CountedCausalLM"],
+                         ids=["counted-from-labels", "said-by-the-model"])  # fmt: skip
+def test_two_processes_weigh_padded_lm_batches_by_every_process_tokens(tmp_path, model):
+    """Lines of different lengths: 2 processes x 1 line x accumulate 2 give the weights of 1 process x 4
+    lines, because each micro-batch weighs by its tokens over all the processes' tokens of the step,
+    counted from the labels or said by the model's output."""
+    example = REPO / "examples" / "causal_lm"
+    env = {**ENV, "PYTHONPATH": str(example) + os.pathsep + ENV["PYTHONPATH"]}
+    lm = (f"hydra.searchpath=[file://{example / 'conf'}]", "+experiment=causal_lm", "callbacks=none",
+          f"model._target_={model}", "model.width=16", "model.layers=1", "trainer.max_steps=4")  # fmt: skip
+    single = run_cli(
+        "train", *lm, "data.batch_size=4", f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path, env=env
+    )
+    assert single.returncode == 0, single.stderr
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+               "runner", "train", *lm, "data.batch_size=1", "accumulate=2",
+               f"hydra.run.dir={tmp_path / 'two'}"]  # fmt: skip
+    double = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert double.returncode == 0, double.stderr
+    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5)

@@ -12,7 +12,10 @@ import torch
 from conftest import REPO, composed, read_scalars, run_example
 from torch import nn
 
+from runner.data.loading import make_loaders
 from runner.data.text import TEXT_FILE
+from runner.tools.doctor import PASS, Setup, run_checks
+from runner.training.precision import resolve_precision
 
 EXAMPLE = REPO / "examples" / "word_lm"
 SEARCHPATH = f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]"
@@ -24,6 +27,10 @@ SHORT_RUN = (
     f"model.embedding={EMBEDDING}", f"model.hidden={HIDDEN}", f"data.batch_size={BATCH_SIZE}",
     f"trainer.max_epochs={EPOCHS}", "trainer.log_every_n_steps=1",
 )  # fmt: skip
+# The recipe read as pytorch/examples reads the text, carrying the LSTM state (word_lm_tbptt), as short.
+CARRIED_RUN = tuple(
+    "+experiment=word_lm_tbptt" if item == "+experiment=word_lm" else item for item in SHORT_RUN
+)
 
 
 @pytest.fixture
@@ -45,15 +52,28 @@ def float32(value: float) -> float:
     return torch.tensor(value, dtype=torch.float32).item()
 
 
-def hand_written_recipe(word_lm: ModuleType, seed: int, epochs: int) -> tuple[Reference, nn.Module]:
+def forward_with_state(model: nn.Module, tokens: torch.Tensor, hidden):
+    """pytorch/examples' ``RNNModel.forward(input, hidden)``, on the example's layers."""
+    states, hidden = model.rnn(model.drop(model.encoder(tokens)), hidden)
+    return model.decoder(model.drop(states)).transpose(1, 2), hidden
+
+
+def hand_written_recipe(
+    word_lm: ModuleType, seed: int, epochs: int, carry: bool = False
+) -> tuple[Reference, nn.Module]:
     """The recipe as pytorch/examples' ``main.py`` writes it (batches sliced from the data in order,
-    as its ``get_batch`` does; no DataLoader), seeded as runner's ``seed_everything``, model first."""
+    as its ``get_batch`` does; no DataLoader), seeded as runner's ``seed_everything``, model first.
+    With ``carry``, its truncated backpropagation through time: each epoch (and each evaluation)
+    starts from a zero state (``init_hidden``), each batch from the last one's, detached
+    (``repackage_hidden``), on the text laid out in columns as its ``batchify`` lays it out."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     vocabulary_size = len(word_lm.vocabulary(word_lm.tokenize(TEXT_FILE.read_text())))
     model = word_lm.rnn_model(vocabulary_size, embedding=EMBEDDING, hidden=HIDDEN, layers=2, dropout=0.2)
-    train, val = word_lm.load_words(bptt=BPTT, val_fraction=0.15)
+    val_batch_size = 1 if carry else BATCH_SIZE
+    columns = {"columns": BATCH_SIZE, "val_columns": val_batch_size} if carry else {}
+    train, val = word_lm.load_words(bptt=BPTT, val_fraction=0.15, **columns)
     (train_inputs, train_targets), (val_inputs, val_targets) = train.tensors, val.tensors
     optimizer = torch.optim.SGD(model.parameters(), lr=20)
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
@@ -61,24 +81,36 @@ def hand_written_recipe(word_lm: ModuleType, seed: int, epochs: int) -> tuple[Re
     )
     loss_fn = nn.CrossEntropyLoss()
     reference = Reference()
+
+    def init_hidden(batch_size: int):
+        return (torch.zeros(2, batch_size, HIDDEN), torch.zeros(2, batch_size, HIDDEN)) if carry else None
+
     for _ in range(epochs):
         model.train()
+        hidden = init_hidden(BATCH_SIZE)
         for start in range(0, len(train_inputs), BATCH_SIZE):
             batch = slice(start, start + BATCH_SIZE)
-            loss = loss_fn(model(train_inputs[batch]), train_targets[batch])
+            if carry:
+                hidden = tuple(h.detach() for h in hidden)
+            output, hidden = forward_with_state(model, train_inputs[batch], hidden)
+            loss = loss_fn(output, train_targets[batch])
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
             reference.lrs.append(optimizer.param_groups[0]["lr"])
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             reference.losses.append(loss.item())
+            hidden = hidden if carry else None
         model.eval()
+        hidden = init_hidden(val_batch_size)
         loss_sum, tokens = torch.zeros(()), torch.zeros((), dtype=torch.long)
         with torch.no_grad():
-            for start in range(0, len(val_inputs), BATCH_SIZE):
-                batch = slice(start, start + BATCH_SIZE)
+            for start in range(0, len(val_inputs), val_batch_size):
+                batch = slice(start, start + val_batch_size)
                 targets = val_targets[batch]
-                loss = loss_fn(model(val_inputs[batch]), targets)
+                output, hidden = forward_with_state(model, val_inputs[batch], hidden)
+                hidden = hidden if carry else None
+                loss = loss_fn(output, targets)
                 loss_sum += loss.float() * targets.numel()
                 tokens += targets.numel()
         val_loss = (loss_sum / tokens).item()
@@ -114,9 +146,10 @@ def test_chunks_are_the_token_stream_in_order(word_lm):
     assert [words[i] for i in val_inputs.flatten()] == stream[split : split + val_inputs.numel()]
 
 
-def test_runner_trains_the_recipe_exactly_as_the_hand_written_loop(word_lm, train_here):
-    run_dir = train_here(*SHORT_RUN)
-    reference, model = hand_written_recipe(word_lm, SEED, EPOCHS)
+@pytest.mark.parametrize("carry", [False, True], ids=["independent-batches", "carried-state"])
+def test_runner_trains_the_recipe_exactly_as_the_hand_written_loop(word_lm, train_here, carry):
+    run_dir = train_here(*(CARRIED_RUN if carry else SHORT_RUN))
+    reference, model = hand_written_recipe(word_lm, SEED, EPOCHS, carry)
 
     scalars = read_scalars(run_dir)
     steps_per_epoch = len(reference.losses) // EPOCHS
@@ -138,6 +171,22 @@ def test_runner_trains_the_recipe_exactly_as_the_hand_written_loop(word_lm, trai
         assert torch.equal(saved[name], value), name
 
 
+def test_a_run_stopped_mid_epoch_resumes_with_its_carried_state_exactly(word_lm, train_here, tmp_path):
+    """Stopped at step 5 of 13 per epoch, the checkpoint holds the LSTM state of step 5 (safe-loadable);
+    the resumed run goes on from it and ends as the run that did not stop, loss for loss."""
+    straight = train_here(*CARRIED_RUN, run_dir=tmp_path / "straight")
+    stopped = tmp_path / "stopped"
+    train_here(*CARRIED_RUN, "trainer.max_steps=5", run_dir=stopped)
+    carried = torch.load(stopped / "checkpoints" / "last.pt", weights_only=True)["carried_state_dict"]
+    assert carried["h"].shape == carried["c"].shape == (2, BATCH_SIZE, HIDDEN) and carried["h"].any()
+    train_here(*CARRIED_RUN, f"resume={stopped}", run_dir=stopped)
+    assert read_scalars(stopped)["train/loss"] == read_scalars(straight)["train/loss"]
+    ends = [torch.load(run / "checkpoints" / "last.pt", weights_only=True) for run in (straight, stopped)]
+    for key in ("model_state_dict", "carried_state_dict"):
+        for name, value in ends[0][key].items():
+            assert torch.equal(ends[1][key][name], value), name
+
+
 @pytest.mark.slow
 def test_the_users_command_line(tmp_path):
     """From the repository root, as the example's README runs it (its run directory aside)."""
@@ -147,3 +196,22 @@ def test_the_users_command_line(tmp_path):
     scalars = read_scalars(run_dir)
     assert [step for step, _ in scalars["val/ppl"]] == [2, 3]  # the first epoch's end, and the run's end
     assert scalars["val/ppl"][-1][1] > 1
+
+
+def test_doctor_passes_the_model_that_carries_its_state(word_lm):
+    """Each of doctor's evaluations starts the evaluation state afresh at eval(), and its one-batch
+    overfit starts every step from the reset carried state: a carried state looks neither like
+    randomness in eval() nor like a batch the model cannot fit."""
+    torch.manual_seed(SEED)
+    model = word_lm.rnn_model(428, embedding=EMBEDDING, hidden=HIDDEN, carry_state=True)
+    train, val = word_lm.load_words(bptt=BPTT, columns=BATCH_SIZE, val_columns=1)
+    train_loader, val_loader, _ = make_loaders(
+        train, val, BATCH_SIZE, False, 0, 0, pin_memory=False, val_batch_size=1
+    )
+    results = run_checks(Setup(
+        model=model, optimizer_factory=lambda m: torch.optim.SGD(m.parameters(), lr=20),
+        loss_fn=nn.CrossEntropyLoss(), train_loader=train_loader, val_loader=val_loader,
+        device=torch.device("cpu"), precision=resolve_precision("fp32", torch.device("cpu")), clip=0.25,
+        target_key="labels",
+    ))  # fmt: skip
+    assert [result.status for result in results] == [PASS] * len(results), results

@@ -9,6 +9,8 @@ from torch import nn
 from runner.models import char_rnn, mlp
 from runner.training.batches import BatchError
 from runner.training.fit_check import check_fit
+from runner.training.precision import resolve_precision
+from runner.training.validation import evaluate
 
 CPU = torch.device("cpu")
 IMAGES = (torch.rand(8, 1, 8, 8), torch.randint(10, (8,)))
@@ -64,3 +66,50 @@ class Broken(nn.Module):
 def test_an_error_in_the_users_own_code_keeps_its_traceback():
     with pytest.raises(ZeroDivisionError, match="a bug in the user's own forward"):
         fit(Broken(), IMAGES)
+
+
+class NoisyInTraining(nn.Module):
+    """Overrides train() as such models do: input noise in training only (switched by train(), not read
+    from self.training), and its batch norm kept frozen in training."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.linear = nn.BatchNorm1d(4), nn.Linear(4, 3)
+        self.noise, self.modes_told = 0.0, []
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.norm.eval()  # frozen statistics, also in training
+        self.noise = 0.5 if mode else 0.0
+        self.modes_told.append(mode)
+        return self
+
+    def forward(self, inputs):
+        return self.linear(self.norm(inputs + self.noise * torch.randn_like(inputs)))
+
+
+def test_a_model_that_overrides_train_is_told_it_is_back_in_training_and_trains_as_unchecked():
+    batch = (torch.randn(8, 4), torch.randint(3, (8,)))
+    torch.manual_seed(0)
+    checked = NoisyInTraining().train()
+    unchecked = NoisyInTraining().train()
+    unchecked.load_state_dict(checked.state_dict())
+    fit(checked, batch)
+    assert checked.modes_told[-2:] == [False, True] and checked.training and not checked.norm.training
+    losses = []
+    for model in (checked, unchecked):
+        torch.manual_seed(1)
+        losses.append(nn.functional.cross_entropy(model(batch[0]), batch[1]))
+    assert torch.equal(losses[0], losses[1])  # step 1 alike: the noise is back on
+
+
+def test_validation_hands_the_model_back_in_its_modes_a_part_frozen_by_hand_included():
+    model = mlp([1, 8, 8], 10, hidden=[16], dropout=0.5).train()
+    model[3].eval()  # frozen by hand, no train() override saying so
+    told = NoisyInTraining().train()
+    batches = [IMAGES]
+    evaluate(model, batches, nn.CrossEntropyLoss(), CPU, resolve_precision("fp32", CPU), False, {}, "labels")
+    assert model.training and not model[3].training and model[1].training
+    evaluate(told, [(torch.randn(8, 4), torch.randint(3, (8,)))], nn.CrossEntropyLoss(), CPU,
+             resolve_precision("fp32", CPU), False, {}, "labels")  # fmt: skip
+    assert told.modes_told[-2:] == [False, True] and told.noise == 0.5 and not told.norm.training

@@ -41,6 +41,7 @@ from runner.observe.hparams import HParamsRecord, hparams_of
 from runner.observe.records import record_split, write_run_record
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
+from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job, process_group_of_one
 from runner.training.engine import (
     Loaders,
@@ -141,6 +142,7 @@ def train_in_this_process(
     learner = Learner(
         spread.forward_model, parts.loss_fn, optimizer, precision, device, speed.channels_last,
         config.data.target_key, skip_grad_sync=spread.skip_grad_sync, plain_model=model,
+        processes=process.world_size,
     )  # fmt: skip
     settings = loop_settings(config, build_named(build, "metrics", config.metrics))
     check_metrics_fit_loss(settings.metrics, parts.loss_fn)
@@ -160,7 +162,12 @@ def train_in_this_process(
     stream = parts.train_set if prepared.train_sampler is None else None
     keeps_position = stream is not None and hasattr(stream, "state_dict") and config.data.num_workers == 0
     position = StreamPosition(stream) if keeps_position else None
-    others = {"callbacks": callbacks, **({"dataset": position} if position else {})}
+    carried = carried_state_of(model, process.world_size)
+    others = {
+        "callbacks": callbacks,
+        **({"dataset": position} if position else {}),
+        **({"carried": carried} if not isinstance(carried, NoCarriedState) else {}),
+    }
     if isinstance(prepared.train_sampler, SamplerOrder):  # data.sampler: its state resumes its order
         others["sampler"] = prepared.train_sampler
         check_loadable(

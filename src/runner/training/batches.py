@@ -192,10 +192,34 @@ def loss_name(loss_fn: Callable) -> str:
     return type(loss_fn).__name__ if not isinstance(loss_fn, ModelLoss) else "from_model"
 
 
+def loss_items(batch: Any, loss_fn: Callable, target_key: str = "labels") -> int | float:
+    """How many items the loss over ``batch`` averages, read from the batch before the model runs (the
+    step weights each micro-batch by it): :func:`loss_elements` of the targets, which for
+    ``loss=from_model`` are a mapping's labels (those not -100, as transformers counts them)."""
+    samples = count_samples(batch, target_key)
+    mapping = as_mapping(batch)
+    if is_pair(batch) and not isinstance(loss_fn, ModelLoss):
+        targets = batch[1]
+    elif mapping is not None:
+        targets = mapping.get(target_key)
+    else:  # a model's own loss on a tuple or a tensor: it says its count in its output, or samples
+        targets = None
+    count = loss_elements(loss_fn, targets, samples)
+    return count.item() if isinstance(count, torch.Tensor) else count
+
+
+def items_in_outputs(outputs: Any) -> int | float | torch.Tensor | None:
+    """What a model with its own loss says its loss averaged over: ``outputs.num_items_in_batch`` or
+    ``outputs["num_items_in_batch"]`` (a number or a 0-d tensor); None where it does not say."""
+    items = _field(outputs, "num_items_in_batch")
+    return items if isinstance(items, int | float | torch.Tensor) and not isinstance(items, bool) else None
+
+
 def loss_elements(loss_fn: Callable, targets: Any, samples: int) -> int | torch.Tensor:
     """How many elements the loss averaged over: the targets that are not ``ignore_index`` for class
-    indices (tokens, for sequences), every element for other targets, else the samples. Weighting
-    each batch's mean loss by this makes the validation loss the mean over those elements."""
+    indices (tokens, for sequences; with class weights, the sum of their weights, the loss's divisor),
+    every element for other targets, else the samples. Weighting each batch's mean loss by this makes
+    the validation loss the mean over those elements."""
     if not isinstance(targets, torch.Tensor):
         return samples
     if targets.is_floating_point() or targets.ndim == 0:
@@ -203,7 +227,11 @@ def loss_elements(loss_fn: Callable, targets: Any, samples: int) -> int | torch.
     ignore_index = getattr(loss_fn, "ignore_index", None)
     if ignore_index is None:
         return targets.numel()
-    return (targets != ignore_index).sum()
+    kept = targets != ignore_index
+    weight = getattr(loss_fn, "weight", None)
+    if isinstance(weight, torch.Tensor):  # class weights: the mean is over the kept targets' weights
+        return weight.to(targets.device)[targets[kept]].sum()
+    return kept.sum()
 
 
 def describe(value: Any, depth: int = 0) -> str:

@@ -26,6 +26,7 @@ from runner.observe.records import best_tag
 from runner.observe.writer import MetricLogger, NullLogger
 from runner.training.batches import check_structure
 from runner.training.callbacks import Callbacks, Context, detached
+from runner.training.carried import carried_state_of
 from runner.training.collation import first_batch
 from runner.training.device import to_floats
 from runner.training.metrics import unlogged_metrics_warning
@@ -255,6 +256,7 @@ def fit(
 
     context = Context(learner.plain_model, learner.optimizer, log_scalar, state.step, state.epoch)
     step_callbacks = hooks.callbacks.has("on_step_end")
+    carried = carried_state_of(learner.plain_model)  # a model's state from batch to batch (carried.py)
 
     def validate_once(on_cadence: bool = True) -> bool | None:
         """``None`` when this step was validated already."""
@@ -294,6 +296,8 @@ def fit(
                     batches = first_epoch_batches(loaders, state)
             else:
                 batches = epoch_batches(loaders.train, loaders.sampler, state.epoch, 0, loaders.seed)
+            if state.batches_done_in_epoch == 0:  # a resumed epoch goes on with the state it had
+                carried.reset()
             first_epoch, epoch_had_batches = False, False
             windows = accumulation_windows(batches, settings.micro_batches_per_step)
             # A stream's pass ends where it runs out: read one window ahead to know it at its last step.

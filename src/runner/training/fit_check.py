@@ -13,6 +13,7 @@ import torch
 
 import runner
 from runner.training.batches import BatchError, ModelLoss, describe, forward, to_device
+from runner.training.modes import evaluation_mode
 
 # Code that is not the user's: the standard library, installed packages, runner itself.
 LIBRARY_PATHS = [sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")]
@@ -68,10 +69,8 @@ def check_fit(
             check_labels(loss_fn, outputs, targets)
             return loss_fn(outputs, targets)
 
-    modes = {module: module.training for module in model.modules()}
-    model.eval()
     try:
-        with torch.no_grad(), autocast():
+        with evaluation_mode(model), torch.no_grad(), autocast():
             forward(model, to_device(batch, device), checked_loss, target_key)
     except BatchError:
         raise
@@ -85,6 +84,3 @@ def check_fit(
             "that the model config matches the data (data.input_shape, data.num_outputs) and the loss "
             "matches the targets; python -m runner doctor runs the debugging checklist"
         ) from None
-    finally:
-        for module, training in modes.items():
-            module.training = training

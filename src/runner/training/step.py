@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.training.batches import count_samples, forward, to_device
+from runner.training.batches import count_samples, forward, items_in_outputs, loss_items, to_device
+from runner.training.distributed import sum_across_processes
 from runner.training.precision import Precision
 
 
@@ -33,6 +34,7 @@ class Learner:
     # a window's last micro-batch.
     skip_grad_sync: Callable[[], AbstractContextManager] = nullcontext
     plain_model: nn.Module | None = None  # the module inside any wrapper (callbacks see it); default: model
+    processes: int = 1  # that average their gradients (DDP, FSDP): the window's items are summed over them
     trainable: list[torch.Tensor] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -89,29 +91,45 @@ def train_step(
     of the norm per step). Gradients are cleared after the update. ``keep_last`` returns the last
     micro-batch and its outputs (for callbacks); off, nothing holds them past the step."""
     model, precision, optimizer = learner.model, learner.precision, learner.optimizer
-    samples = [count_samples(batch, learner.target_key) for batch in window]
-    window_samples = sum(samples)
-    weighted_losses = []
+    samples = sum(count_samples(batch, learner.target_key) for batch in window)
+    items = [loss_items(batch, learner.loss_fn, learner.target_key) for batch in window]
+    shares = item_shares(items, all_processes(sum(items), learner.processes), learner.processes)
+    said: list[torch.Tensor] = []  # the items a model with its own loss says it averaged over
+    losses, weighted_losses = [], []
     for index, batch in enumerate(window):
         batch = to_device(batch, learner.device, learner.channels_last)
         last_micro_batch = index == len(window) - 1
         with nullcontext() if last_micro_batch else learner.skip_grad_sync():
             with precision.autocast():
                 result = forward(model, batch, learner.loss_fn, learner.target_key)
+            loss, told = result.loss, items_in_outputs(result.outputs)
             # Outputs (an LM's logits) kept past the micro-batch only when asked: they cost memory.
-            loss, outputs = result.loss, result.outputs if keep_last else None
+            outputs = result.outputs if keep_last else None
             del result
-            # Weight each micro-batch's mean loss by its share of the window's samples: the summed
-            # gradient is then the gradient of the mean loss over the whole window, also for a short
-            # last window (dividing by the window count would not be). A window of one micro-batch
-            # has share 1: no multiply (bit-identical, cheaper).
-            share = samples[index] / window_samples
-            weighted_loss = loss * share if share != 1.0 else loss
+            if said or (index == 0 and told is not None):
+                said.append(torch.as_tensor(items[index] if told is None else told, device=learner.device))
+                if index == 0:  # what every process weighs its micro-batches against: the same number
+                    reference = summed(said[0].float(), learner.processes)
+            # Weight each micro-batch's mean loss by its share of the items the window's loss averages
+            # over (samples; tokens where the loss ignores padding): the summed gradient is then the
+            # gradient of the mean loss over the whole window and every process (whose gradients are
+            # averaged), also for a short last window. A share of 1 (one micro-batch, one process) is
+            # no multiply: bit-identical, cheaper. Counts a model says come after its forward: each
+            # micro-batch is weighed against the first ones' (of every process), and the gradients
+            # rescaled once the window's count is known.
+            if said:
+                alone = index == 0 and learner.processes == 1
+                weighted_loss = loss if alone else loss * (said[-1].float() / reference)
+            else:
+                weighted_loss = loss * shares[index] if shares[index] != 1.0 else loss
             precision.scaler.scale(weighted_loss).backward()
+        losses.append(loss.detach())
         weighted_losses.append(weighted_loss.detach())
 
-    # Clip only after backward, and under loss scaling only after unscaling.
     precision.scaler.unscale_(optimizer)
+    if said:
+        rescale_to_items_said(learner, torch.stack(said).float(), reference)
+    # Clip only after backward, and under loss scaling only after unscaling.
     grads = [p.grad for p in learner.trainable if p.grad is not None]
     # Over sharded gradients (strategy=fsdp) the global norm, the same on every process: clipping, the
     # logged norm and the non-finite guard then decide alike everywhere.
@@ -128,7 +146,49 @@ def train_step(
         precision.scaler.step(optimizer)  # under loss scaling it sees an overflow and skips the step
         precision.scaler.update()
     optimizer.zero_grad(set_to_none=True)
-    # The window's mean loss (one micro-batch: its loss as it is, no extra op).
-    window_loss = weighted_losses[0] if len(weighted_losses) == 1 else sum(weighted_losses)
+    # The loss logged: this process's mean over its window's items. A micro-batch with no items (every
+    # target ignored) adds nothing: its own mean is 0/0, its gradient zero.
+    counts = [float(count) for count in said] if said else items
+    kept = [index for index, count in enumerate(counts) if count] or list(range(len(window)))
+    if len(window) == 1:
+        window_loss = losses[0]
+    elif not said and learner.processes == 1:  # the shares are this window's: the mean is their sum
+        window_loss = sum(weighted_losses[index] for index in kept)
+    else:
+        total = sum(counts[index] for index in kept) or 1
+        window_loss = sum(losses[index].float() * (counts[index] / total) for index in kept)
     last = (batch, outputs) if keep_last else (None, None)
-    return StepResult(window_loss, grad_norm_before_clip, lr, applied, window_samples, group_lrs, *last)
+    return StepResult(window_loss, grad_norm_before_clip, lr, applied, samples, group_lrs, *last)
+
+
+def item_shares(items: list[int | float], all_items: int | float, processes: int) -> list[float]:
+    """Each micro-batch's weight: its items times the process count over every process's items (with
+    one process, over the window's). Whole numbers divided once: the correctly rounded ratio, so
+    counts proportional to the samples weigh exactly as samples do, and equal processes as one."""
+    return [count * processes / (all_items or 1) for count in items]
+
+
+def all_processes(count: int | float, processes: int) -> int | float:
+    """The sum of ``count`` over every process (one small collective on the CPU); itself with one."""
+    if processes == 1:
+        return count
+    dtype = torch.int64 if isinstance(count, int) else torch.float64
+    return sum_across_processes(torch.tensor(count, dtype=dtype)).item()
+
+
+def summed(value: torch.Tensor, processes: int) -> torch.Tensor:
+    """``value`` summed over every process (a collective on its device); itself with one."""
+    return value if processes == 1 else sum_across_processes(value.clone())
+
+
+def rescale_to_items_said(learner: Learner, said: torch.Tensor, reference: torch.Tensor) -> None:
+    """The gradients hold each micro-batch's gradient times its items over ``reference``, averaged over
+    the processes; times the process count and ``reference`` over every process's items, they are the
+    gradient of the mean over all those items. Nothing to do for one micro-batch on one process."""
+    if learner.processes == 1 and len(said) == 1:
+        return
+    total = summed(said.sum(), learner.processes)
+    factor = float(reference * learner.processes / total.clamp(min=1))  # a number: sharded gradients take it
+    for parameter in learner.trainable:
+        if parameter.grad is not None:
+            parameter.grad.mul_(factor)

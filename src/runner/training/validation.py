@@ -9,10 +9,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.training.batches import count_samples, forward, logits_of, loss_elements, to_device
+from runner.training.batches import (
+    ModelLoss,
+    count_samples,
+    forward,
+    items_in_outputs,
+    logits_of,
+    loss_elements,
+    to_device,
+)
 from runner.training.device import to_floats
 from runner.training.distributed import sum_across_processes
 from runner.training.metrics import uses_loss
+from runner.training.modes import evaluation_mode
 from runner.training.precision import Precision
 
 
@@ -40,25 +49,24 @@ def evaluate(
         metric.reset()
         if isinstance(metric, nn.Module):
             metric.to(device)
-    was_training = model.training
-    model.eval()
     loss_sum = torch.zeros((), device=device)
     elements = torch.zeros((), device=device, dtype=torch.long)
-    with torch.no_grad():
+    with evaluation_mode(model), torch.no_grad():
         for batch in loader:
             batch = to_device(batch, device, channels_last)
             with precision.autocast():
                 result = forward(model, batch, loss_fn, target_key)
-            count = loss_elements(loss_fn, result.targets, count_samples(batch, target_key))
+            count = items_in_outputs(result.outputs) if isinstance(loss_fn, ModelLoss) else None
+            if count is None:
+                count = loss_elements(loss_fn, result.targets, count_samples(batch, target_key))
             loss_sum += result.loss.float() * count
-            elements += count
+            elements = elements + count  # class weights make it a float
             logits = logits_of(result.outputs)
             if logits is not None and isinstance(result.targets, torch.Tensor):
                 for metric in batch_metrics.values():
                     metric.update(logits, result.targets)
-    model.train(was_training)
     loss_sum, elements = sum_across_processes(loss_sum), sum_across_processes(elements)
-    values = {"val/loss": loss_sum / elements.clamp(min=1)}
+    values = {"val/loss": loss_sum / elements.where(elements > 0, torch.ones_like(elements))}
     for name, metric in batch_metrics.items():
         if (value := metric.compute()) is not None:
             values[f"val/{name}"] = value

@@ -19,6 +19,7 @@ from runner.tools.doctor.probe import (
     WARN,
     Finding,
     Probe,
+    Setup,
     count_nonfinite,
     model_outputs,
     named_tensors,
@@ -29,6 +30,8 @@ from runner.tools.doctor.probe import (
     value_text,
 )
 from runner.training.batches import Forward, forward, to_device
+from runner.training.carried import carried_state_of
+from runner.training.modes import evaluation_mode
 from runner.training.step import Learner, train_step
 from runner.training.validation import evaluate
 
@@ -190,15 +193,11 @@ def eval_loss_kind(probe: Probe) -> str | None:
     """``NaN``, ``Inf`` or ``""`` (finite): the loss on the first batch under eval() and without
     gradients (no statistics updated, no randomness); None where it cannot be had."""
     setup = probe.setup
-    was_training = setup.model.training
-    setup.model.eval()
     try:
-        with torch.no_grad():
+        with evaluation_mode(setup.model), torch.no_grad():
             loss = forward(setup.model, probe.batch, setup.loss_fn, setup.target_key).loss
     except Exception:
         return None  # a model that cannot run in eval(): check 7 says why
-    finally:
-        setup.model.train(was_training)
     return nonfinite_kind(*count_nonfinite([loss.detach()])[:2])
 
 
@@ -221,10 +220,7 @@ def check_validation(probe: Probe) -> Finding:
         batch = to_device(next(iter(setup.val_loader)), setup.device)
         # No metrics: this checks the model's mode and gradients during validation, not its scores.
         evaluate(model, [batch], setup.loss_fn, setup.device, setup.precision, False, {}, setup.target_key)
-        model.eval()
-        with torch.no_grad():
-            first, second = (forward(model, batch, setup.loss_fn, setup.target_key) for _ in range(2))
-        model.train()
+        first, second = (eval_forward(model, batch, setup) for _ in range(2))
     finally:
         for hook in hooks:
             hook.remove()
@@ -256,6 +252,12 @@ def check_validation(probe: Probe) -> Finding:
             "use nn.Dropout (which eval() turns off), not F.dropout(..., training=True)",
         )
     return Finding(PASS, "eval() on every module, no gradient tracking, same output twice")
+
+
+def eval_forward(model: nn.Module, batch: Any, setup: Setup) -> Forward:
+    """One evaluation of its own: a model that carries a state starts it afresh at ``eval()``."""
+    with evaluation_mode(model), torch.no_grad():
+        return forward(model, batch, setup.loss_fn, setup.target_key)
 
 
 def nonfinite_in_eval(probe: Probe, batch: Any, result: Forward) -> Finding | None:
@@ -299,8 +301,13 @@ def check_overfit(probe: Probe, steps: int = 100) -> Finding:
     model.zero_grad(set_to_none=True)
     optimizer = setup.optimizer_factory(model)
     learner = Learner(model, setup.loss_fn, optimizer, setup.precision, setup.device, False, setup.target_key)
-    window = [probe.batch]
-    losses = [train_step(learner, window, setup.clip, check_finite=False).loss.item() for _ in range(steps)]
+    window, carried = [probe.batch], carried_state_of(model)
+
+    def step_from_the_same_state() -> float:
+        carried.reset()  # a model that carries a state from batch to batch: one batch, from one state
+        return train_step(learner, window, setup.clip, check_finite=False).loss.item()
+
+    losses = [step_from_the_same_state() for _ in range(steps)]
     if not all(math.isfinite(loss) for loss in losses[-5:]):
         went = next(step for step, loss in enumerate(losses, start=1) if not math.isfinite(loss))
         kind = "NaN" if any(math.isnan(loss) for loss in losses[went - 1 :]) else "Inf"
