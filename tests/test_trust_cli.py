@@ -72,6 +72,38 @@ def test_resume_refuses_an_escaped_interpolation_in_a_list_of_the_run_record(tmp
         assert snapshot(run_dir) == before and not marker.exists()
 
 
+def forge_checkpoints(folder: Path, marker: Path) -> None:
+    """Every checkpoint under ``folder``, its stored config holding the payload in ``metrics`` (a
+    setting a resumed run may change)."""
+    for path in folder.rglob("*.pt"):
+        checkpoint = torch.load(path, weights_only=True)
+        checkpoint["config"]["metrics"]["acc"]["extra"] = ESCAPED % marker
+        atomic_save(checkpoint, path)
+
+
+def test_resume_auto_and_a_continued_sweep_build_only_the_command_lines_config(tmp_path, finished_run):
+    """They read a checkpoint's stored config only to compare it with the command line's, which is
+    what they build: a payload there runs nothing (an interrupted sweep job whose checkpoint holds
+    other settings is refused in one line)."""
+    marker = tmp_path / "code-ran"
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    forge_checkpoints(run_dir, marker)
+    resumed = run_cli(
+        "train", *TINY, "trainer.max_steps=6", "resume=auto", f"hydra.run.dir={run_dir}", cwd=tmp_path
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from     " in resumed.stdout and not marker.exists()
+
+    sweep = ("train", "-m", *TINY, "seed=1,2", "hydra.sweep.dir=sweep")
+    assert run_cli(*sweep, cwd=tmp_path).returncode == 0
+    (tmp_path / "sweep" / "1" / "result.json").unlink()  # as if stopped before it ended
+    forge_checkpoints(tmp_path / "sweep" / "1", marker)
+    again = run_cli(*sweep, cwd=tmp_path)
+    refused_in_one_line(again, "holds a run of other settings (metrics.acc.extra (")
+    assert not marker.exists()
+
+
 class TouchOnUnpickle:
     """Pickles as a call to ``Path.touch(marker)``."""
 
