@@ -91,7 +91,7 @@ def is_planned_value(key: str, text: str) -> bool:
 
 def one_line(text: str) -> str:
     """Text from a file as a message quotes it: on one line, not too long."""
-    flat = text.encode("unicode_escape").decode("ascii")
+    flat = "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
     return flat if len(flat) <= 200 else flat[:200] + "..."
 
 
