@@ -6,6 +6,7 @@ import contextlib
 import copy
 from pathlib import Path
 
+import optuna
 import pytest
 import torch
 from conftest import TINY, composed
@@ -13,6 +14,7 @@ from hydra.utils import instantiate
 
 from runner.checkpoint.files import atomic_save
 from runner.cli.hydra_app import CONFIG_DIR
+from runner.cli.optuna_search import search_space, tell_study
 from runner.config.errors import ConfigError
 from runner.config.trust import check_config_from_file, folder_targets
 from runner.config.typed import as_dict, typed_config
@@ -177,3 +179,15 @@ def test_the_schedulers_planned_values_are_the_only_interpolations_allowed():
 def test_a_clean_checkpoint_is_evaluated(stored, tmp_path):
     path = forged(stored, tmp_path / "clean.pt", tmp_path / "m", lambda c: None)
     assert evaluate(path)["step"] == stored["global_step"]
+
+
+def test_every_point_of_a_float_grid_is_a_setting_of_its_search():
+    """A proposal must hold the search's settings; a float grid's last point, 1.629 + 5 * 0.11, is
+    2.1790000000000003, just above the range's end (2.179), and still one of them."""
+    space = search_space(None, ["optimizer.lr=range(1.629,2.234,0.11)"])
+    study = optuna.create_study(sampler=optuna.samplers.GridSampler(space.grid(), seed=0))
+    for _ in space.grid()["optimizer.lr"]:
+        trial = study.ask(space.distributions)
+        assert space.holds(trial.params), trial.params
+        tell_study(study, trial.number, values=[1.0])
+    assert not space.holds({"optimizer.lr": 2.3}) and not space.holds({"optimizer.lr": "${oc.create:{}}"})

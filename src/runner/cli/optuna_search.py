@@ -93,7 +93,7 @@ class SearchSpace:
             if isinstance(distribution, optuna.distributions.CategoricalDistribution):
                 if value not in distribution.choices:
                     return False
-            elif not isinstance(value, (int, float)) or not distribution.low <= value <= distribution.high:
+            elif not isinstance(value, (int, float)) or not within(value, distribution):
                 return False
         return True
 
@@ -114,6 +114,16 @@ class SearchSpace:
                     "not an interval"
                 )
         return grid
+
+
+def within(
+    value: float, distribution: optuna.distributions.FloatDistribution | optuna.distributions.IntDistribution
+) -> bool:
+    """In a numeric distribution's range, give or take the rounding of a float grid's points
+    (``low + index * step`` may land just above ``high``)."""
+    low, high = distribution.low, distribution.high
+    slack = 1e-9 * max(1.0, high - low)
+    return low - slack <= value <= high + slack
 
 
 def search_space(params: dict[str, str] | None, arguments: Sequence[str]) -> SearchSpace:
