@@ -181,6 +181,7 @@ def test_a_clean_checkpoint_is_evaluated(stored, tmp_path):
     assert evaluate(path)["step"] == stored["global_step"]
 
 
+@pytest.mark.filterwarnings("ignore:The value .* is out of range:UserWarning")  # Optuna's, on that point
 def test_every_point_of_a_float_grid_is_a_setting_of_its_search():
     """A proposal must hold the search's settings; a float grid's last point, 1.629 + 5 * 0.11, is
     2.1790000000000003, just above the range's end (2.179), and still one of them."""
