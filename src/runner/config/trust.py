@@ -105,9 +105,9 @@ def check_config_from_file(config: Mapping[str, Any], trusted: Set[str], where: 
         if not is_planned_value(key, text):
             raise ConfigError(
                 f"{where} holds {one_line(key)}={one_line(text)}, which is still an interpolation once "
-                "resolved (an escaped \\${...}); it would be resolved again when the config is built, and "
-                "runner builds nothing from a file that way; remove it, or give the value on this command "
-                "line"
+                "resolved (an escaped \\${...}): building the config would resolve it again, and so run "
+                "code a file names (${oc.create:{_target_: ...}}); runner builds nothing from it: remove "
+                "it from the file it came from"
             )
     check_named(targets_in(config), trusted, where, allow)
 
