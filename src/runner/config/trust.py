@@ -112,7 +112,7 @@ def check_config_from_file(config: Mapping[str, Any], trusted: Set[str], where: 
     check_named(targets_in(config), trusted, where, allow)
 
 
-def check_named(found: Iterable[tuple[str, str]], trusted: set[str], where: str, allow: str) -> None:
+def check_named(found: Iterable[tuple[str, str]], trusted: Set[str], where: str, allow: str) -> None:
     """Refuse ``found`` targets that are not ``trusted``. ``where`` says what named them; ``allow``
     how to allow them, with ``{targets}`` for the targets (comma-separated) and ``{first}`` for the
     first ``key=target``."""
