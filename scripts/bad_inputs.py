@@ -627,6 +627,109 @@ FIXTURES: dict[str, tuple[str, Callable[[Path, Context], None]]] = {
 UNPRIVILEGED_FIXTURES = {"readonly_outputs", "unwritable_cwd"}
 
 
+# ---- issue 25, part A: no config read from a file runs code (helper t25a) ----------------------------
+# A value that is still an interpolation once resolved (an escaped \${oc.create:...}) in a checkpoint's
+# stored config or a run directory's record, and pickled sampler state in an Optuna study's database.
+SEARCH = f"train -m hparams_search=digits_optuna hydra.sweep.dir=sweep hydra.sweeper.n_trials=2 {QUICK}"
+
+
+def escaped_payload(marker: Path) -> str:
+    """As a file holds it: resolved once it is ``${oc.create:{_target_: ...}}``, a new ``_target_``."""
+    return f"\\${{oc.create:{{_target_: {TOUCH}, self: {marker}}}}}"
+
+
+def escaped_checkpoint(where: str) -> Callable[[Path, Context], None]:
+    """The fixture run's checkpoint whose stored config holds the escaped payload at ``where``."""
+
+    def build(dest: Path, ctx: Context) -> None:
+        base = load_base(ctx)
+        config = copy.deepcopy(base["config"])
+        payload = escaped_payload(ctx.marker)
+        metric = {"_target_": "runner.training.metrics.Accuracy", **config["metrics"].get("acc", {})}
+        changes = {
+            "model": lambda: config["model"].update(hidden=payload),
+            "loss": lambda: config["loss"].update(weight=payload),
+            "dataset": lambda: config["data"]["dataset"].update(extra=payload),
+            "metric": lambda: config["metrics"].update(acc={**metric, "extra": payload}),
+            "nested": lambda: config["model"].update(extra=[{"a": [payload]}]),
+            "args": lambda: config["loss"].update(_args_=[payload]),
+            "key": lambda: config["model"].update({payload: 1}),
+            "twice": lambda: config["model"].update(extra="\\\\" + payload),
+            "decode": lambda: config["model"].update(
+                extra=[f"${{oc.decode:'{{_target_: {TOUCH}, self: \"{ctx.marker}\"}}'}}"]
+            ),
+        }
+        changes[where]()
+        save({**base, "config": config}, dest)
+
+    return build
+
+
+def escaped_run(dest: Path, ctx: Context) -> None:
+    """A copy of the run whose record adds a callback runner ships, the payload inside a list value."""
+    copy_run(dest, ctx)
+    record = dest / ".hydra" / "overrides.yaml"
+    stat = record.stat()
+    payload = escaped_payload(ctx.marker).replace("\\", "\\\\")  # in a double-quoted YAML string
+    callback = "- +callbacks.evil._target_=runner.training.callbacks.EMA\n"
+    record.write_text(record.read_text() + callback + f"- \"+callbacks.evil.decay=['{payload}']\"\n")
+    os.utime(record, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def forged_study(runner_like: bool) -> Callable[[Path, Context], None]:
+    """A sweep directory whose ``optuna.db`` holds a finished trial with a pickle where CmaEsSampler
+    keeps its state; ``runner_like``: the trial carries runner's job attributes too."""
+
+    def build(dest: Path, ctx: Context) -> None:
+        import pickle
+
+        import optuna
+
+        dest.mkdir(parents=True)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(storage=f"sqlite:///{dest / 'optuna.db'}", study_name="digits_optuna")
+        attrs = {"runner_job": 0, "runner_sweep_dir": str(dest.resolve()), "runner_fixed": []}
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"optimizer.lr": 1e-3},
+                distributions={"optimizer.lr": optuna.distributions.FloatDistribution(1e-4, 3e-2, log=True)},
+                value=0.5,
+                user_attrs=attrs if runner_like else None,
+                system_attrs={"cma:optimizer:0": pickle.dumps(TouchOnUnpickle(ctx.marker)).hex()},
+            )
+        )
+
+    return build
+
+
+ESCAPED_WHERE = ("model", "loss", "dataset", "metric", "nested", "args", "key", "twice", "decode")
+FIXTURES.update(
+    {
+        **{f"escaped_{where}.pt": (f"escaped_{where}.pt", escaped_checkpoint(where))
+           for where in ESCAPED_WHERE},
+        "escaped_run": ("run", escaped_run),
+        "escaped_latest_run": ("outputs/2026-01-01/00-00-00-beef", escaped_run),
+        "forged_study": ("sweep", forged_study(runner_like=False)),
+        "runner_like_study": ("sweep", forged_study(runner_like=True)),
+    }
+)  # fmt: skip
+CASES += [
+    *(case(f"eval-escaped-interpolation-{where}", f"eval ckpt=escaped_{where}.pt",
+           needs=(f"escaped_{where}.pt",)) for where in ESCAPED_WHERE),
+    case("resume-escaped-interpolation-in-record", "train resume=run trainer.max_steps=30",
+         needs=("escaped_run",)),
+    case("resume-latest-escaped-interpolation-in-record", "train resume=latest trainer.max_steps=30",
+         needs=("escaped_latest_run",)),
+    case("search-forged-trial-cmaes", f"{SEARCH} hydra/sweeper/sampler=cmaes", needs=("forged_study",)),
+    case("search-forged-trial-tpe", SEARCH, needs=("forged_study",)),
+    case("search-runner-like-trial-cmaes", f"{SEARCH} hydra/sweeper/sampler=cmaes",
+         needs=("runner_like_study",)),
+    case("search-runner-like-trial-tpe", SEARCH, needs=("runner_like_study",)),
+    case("search-cmaes-new-study", f"{SEARCH} hydra/sweeper/sampler=cmaes"),
+]  # fmt: skip
+# ---- end of issue 25, part A ----------------------------------------------------------------------------
+
+
 # Running and judging.
 
 

@@ -1,7 +1,9 @@
 """The sweeper's settings as Hydra sees them: ``hydra/sweeper=optuna``, its samplers
 (``hydra/sweeper/sampler=tpe|random|grid|cmaes|nsgaii|qmc|gp``) and pruners
 (``hydra/sweeper/pruner=median|percentile|successive_halving|hyperband``). Each sampler and pruner is
-an Optuna class named by ``_target_``; its fields are that class's arguments.
+an Optuna class named by ``_target_``; its fields are that class's arguments. ``cmaes`` is refused in
+one line when a search starts: Optuna's CmaEsSampler loads its state back from the study's storage as a
+pickle, which a study file could use to run code (``runner.search.study``).
 
 Hydra imports this module whenever it looks for plugins (every runner command), so it imports
 nothing heavy: Optuna is loaded only when a search runs."""

@@ -26,12 +26,15 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from runner.config.errors import ConfigError
+from runner.config.trust import targets_in
 from runner.observe.records import recorded_result
 from runner.search import trials_not_run
 from runner.search.study import (
     FIXED_ATTR,
     JOB_ATTR,
     SWEEP_ATTR,
+    check_runners_trials,
+    check_sampler_loads_no_pickle,
     open_storage,
     quiet_optuna,
     storage_url,
@@ -90,7 +93,7 @@ class SearchSpace:
             if isinstance(distribution, optuna.distributions.CategoricalDistribution):
                 if value not in distribution.choices:
                     return False
-            elif not isinstance(value, (int, float)) or not distribution.low <= value <= distribution.high:
+            elif not isinstance(value, (int, float)) or not within(value, distribution):
                 return False
         return True
 
@@ -111,6 +114,16 @@ class SearchSpace:
                     "not an interval"
                 )
         return grid
+
+
+def within(
+    value: float, distribution: optuna.distributions.FloatDistribution | optuna.distributions.IntDistribution
+) -> bool:
+    """In a numeric distribution's range, give or take the rounding of a float grid's points
+    (``low + index * step`` may land just above ``high``)."""
+    low, high = distribution.low, distribution.high
+    slack = 1e-9 * max(1.0, high - low)
+    return low - slack <= value <= high + slack
 
 
 def search_space(params: dict[str, str] | None, arguments: Sequence[str]) -> SearchSpace:
@@ -353,15 +366,16 @@ class OptunaSearch:
             storage = open_checked_storage(url)
             earlier = existing_study(storage, name)
             if earlier is not None:
+                check_runners_trials(earlier, url)
                 check_same_search(earlier, self.directions, space, sweep_dir, own_only)
+        earlier_trials = len(earlier.get_trials(deepcopy=False)) if earlier is not None else 0
+        sampler = self.make_sampler(space, earlier_trials)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         storage = storage or open_checked_storage(url)
-        earlier_trials = len(earlier.get_trials(deepcopy=False)) if earlier is not None else 0
         return optuna.create_study(
-            storage=storage, study_name=name, directions=self.directions, load_if_exists=True,
-            sampler=self.make_sampler(space, earlier_trials),
-        )  # fmt: skip
+            storage=storage, study_name=name, directions=self.directions, load_if_exists=True, sampler=sampler
+        )
 
     def run_jobs(
         self,
@@ -425,6 +439,7 @@ class OptunaSearch:
         sampler = build("hydra.sweeper.sampler", config)
         if is_grid(self.sampler_config):
             sampler = sampler(space.grid())
+        check_sampler_loads_no_pickle(sampler, [target for _, target in targets_in(config)])
         return sampler
 
     def trial_for(
@@ -437,8 +452,12 @@ class OptunaSearch:
         attrs = {SWEEP_ATTR: str(sweep_dir), JOB_ATTR: number, FIXED_ATTR: space.fixed}
         if earlier is not None:  # failed before: the same settings, in a new trial
             study.enqueue_trial(earlier.params, user_attrs=attrs, skip_if_exists=False)
-            return study.ask(space.distributions)
         trial = study.ask(space.distributions)
+        if not space.holds(trial.params):  # Optuna hands out a waiting trial first, whoever stored it
+            raise ConfigError(
+                f"job {number}: the study {study.study_name} handed out trial {trial.number} with "
+                f"{trial.params}, not settings of this search; give it another study_name or hydra.sweep.dir"
+            )
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         return trial

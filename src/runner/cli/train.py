@@ -23,7 +23,7 @@ from runner.cli.hydra_app import check_command_line, options_of, run_hydra, trus
 from runner.cli.submitit_tasks import submitit_tasks_as_ranks
 from runner.cli.undo import RunDirBefore, remove_new_run_dir
 from runner.config.errors import ConfigError, UserError
-from runner.config.trust import check_named, targets_in
+from runner.config.trust import check_config_from_file, check_named, targets_in
 from runner.config.typed import as_dict, typed_config
 from runner.observe.console import (
     IN_LOG_FILE_ONLY,
@@ -273,8 +273,8 @@ def train_task(
         try:
             config = typed_config(cfg)
             if found is not None and trusted is not None:  # built from a run directory's record too
-                check_named(
-                    targets_in(as_dict(config)), trusted,
+                check_config_from_file(
+                    as_dict(config), trusted,
                     f"resume={found.run_dir}: the config composed with {found.run_dir / '.hydra'}",
                     "give {first} on this command line",
                 )  # fmt: skip

@@ -8,7 +8,7 @@ from typing import Any
 
 from runner.checkpoint.files import check_state_dict_fits, is_sharded_folder, load_checkpoint
 from runner.config.errors import ConfigError
-from runner.config.trust import check_named, targets_in
+from runner.config.trust import check_config_from_file
 from runner.config.typed import as_dict, typed_config
 from runner.data.loading import make_loader
 from runner.experiment.setup import Build, build_collate_fn, build_model_and_data, build_named
@@ -33,12 +33,9 @@ def evaluate_checkpoint(
     if not isinstance(stored, Mapping):
         raise ConfigError(f"checkpoint {path} holds no run config; eval rebuilds the model and data from it")
     config = typed_config(stored)
-    # On the resolved config: an interpolation (${oc.create:...}) can make a mapping with a _target_.
-    check_named(
-        targets_in(as_dict(config)),
-        set(trusted),
-        f"checkpoint {path}",
-        "allow them with allow_targets={targets}",
+    # As it is built: resolved once; an interpolation (${oc.create:...}) can make a _target_.
+    check_config_from_file(
+        as_dict(config), trusted, f"checkpoint {path}", "allow them with allow_targets={targets}"
     )
     device = resolve_device(device_name)
     parts = build_model_and_data(config, build, device)
