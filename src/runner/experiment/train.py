@@ -37,6 +37,7 @@ from runner.observe.console import to_log_file
 from runner.observe.hparams import HParamsRecord, hparams_of
 from runner.observe.records import record_split, write_run_record
 from runner.observe.runplan import Built, run_plan
+from runner.observe.sweep_hparams import refresh_sweep_experiment
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
 from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job, process_group_of_one
@@ -207,6 +208,7 @@ def train_in_this_process(
                 record_split(run_dir, parts.train_set, parts.val_set, parts.test_set)
                 record = HParamsRecord(run_dir, hparams_of(plain_config, seed))
                 record.start()  # a resume's replaces the interrupted run's
+                refresh_sweep_experiment(run_dir)  # a sweep job: its HParams columns
                 # Events past the checkpoint's step belong to the lost future of the interrupted run.
                 logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
             # Sharded checkpoints are written by every process; plain ones by rank 0.

@@ -61,3 +61,17 @@ def text_summary(tag: str, text: str) -> Summary:
         tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]),
     )
     return Summary(value=[Summary.Value(tag=f"{tag}/text_summary", metadata=metadata, tensor=tensor)])
+
+
+def read_records(data: bytes) -> list[bytes]:
+    """The whole TFRecords of an event file's bytes, in order; a torn last record (a write in progress)
+    is left out. Lengths are trusted only as far as the bytes go: the checksums are TensorBoard's job."""
+    records, at = [], 0
+    while at + 12 <= len(data):
+        (length,) = struct.unpack("<Q", data[at : at + 8])
+        end = at + 12 + length + 4
+        if end > len(data):
+            break
+        records.append(data[at + 12 : at + 12 + length])
+        at = end
+    return records

@@ -19,6 +19,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator, ScalarEvent
 
 from runner.observe.records import RESULT_FILE, best_tag
+from runner.observe.sweep_hparams import EXPERIMENT_FILE
 
 if TYPE_CHECKING:  # matplotlib is optional (the sweeps extra) and slow to import
     from matplotlib.axes import Axes
@@ -71,7 +72,8 @@ class Sweep:
 
 
 def has_events(directory: Path) -> bool:
-    return any(directory.glob("events.out.tfevents.*"))
+    """A run's event files; a sweep directory holds only the columns of its HParams tab."""
+    return any(path.name != EXPERIMENT_FILE for path in directory.glob("events.out.tfevents.*"))
 
 
 def find_runs(directory: Path) -> list[Path]:
