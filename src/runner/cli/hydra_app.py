@@ -42,6 +42,22 @@ def group_names() -> set[str]:
     return {path.name for path in CONFIG_DIR.iterdir() if path.is_dir()}
 
 
+@functools.cache
+def group_keys() -> set[str]:
+    """The keys runner's config group options set (``optimizer.lr``, ``model.hidden``): what a bare
+    ``lr=0.01`` most likely meant. Options placed elsewhere (``# @package _global_``) are left out."""
+    import yaml
+
+    keys = set()
+    for path in CONFIG_DIR.glob("*/*.yaml"):
+        text = path.read_text()
+        content = yaml.safe_load(text)
+        if "@package" in text.split("\n", 1)[0] or not isinstance(content, dict):
+            continue
+        keys |= {f"{path.parent.name}.{name}" for name in content if not str(name).startswith("_")}
+    return keys - {f"{group}.defaults" for group in group_names()}
+
+
 def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> None:
     """Check flags (Hydra's, and the command's own ``flags``), override keys and values (every value of
     a sweep) before Hydra composes or writes anything."""
@@ -65,7 +81,7 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
             continue
         given = override.input_line or key
         if not (override.is_add() or override.is_force_add() or command_line.custom_primary_config):
-            check_top_level_key(key, given=given, extra_known=group_names())
+            check_top_level_key(key, given=given, extra_known=group_names(), nested=group_keys())
             check_section_key(key, given=given)
         if key in group_names() and override.value() is None:
             raise ConfigError(f"{given}: {key} must name one of its options: {', '.join(options_of(key))}")
