@@ -1,7 +1,9 @@
 """Hydra, through its public API: where runner's configs live, the schema registered with Hydra's
 ConfigStore, the checks on overrides before Hydra composes, and running a task under ``hydra.main``."""
 
+import contextlib
 import functools
+import io
 import logging
 import os
 import re
@@ -36,6 +38,7 @@ CONFIG_DIR = config_dir()
 OmegaConf.register_new_resolver("unique_suffix", lambda: secrets.token_hex(2), use_cache=True, replace=True)
 ConfigStore.instance().store(name="runner_schema", node=RunConfig)
 ConfigStore.instance().store(group="data", name="base_data", node=DataConfig)
+SCHEMA_OPTIONS = {"data": {"base_data"}}  # config store entries that data configs build on, not options
 
 
 def group_names() -> set[str]:
@@ -196,6 +199,8 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
     sys.argv = [sys.argv[0], *command_line.arguments]
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
+        if command_line.has_flag("--help") or command_line.has_flag("-h"):
+            return help_without_schemas(main)
         return main()
     except HydraException as error:  # composing, sweeping: before any job runs
         if started:
@@ -216,6 +221,28 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
         ))  # fmt: skip
     finally:
         restore_environment("HYDRA_FULL_ERROR", preset)
+
+
+def help_without_schemas(main: Callable[[], Any]) -> Any:
+    """Hydra's ``--help``, less the typed schemas it lists among the groups' options (``base_data``,
+    which data configs build on: not one to choose). Hydra lists every option its config store holds."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            return main()
+    finally:
+        hidden = {f"{group}: ": names for group, names in SCHEMA_OPTIONS.items()}
+
+        def listed(line: str) -> str:
+            for start, names in hidden.items():
+                if line.startswith(start):
+                    options = [option for option in line[len(start) :].split(", ") if option not in names]
+                    return start + ", ".join(options)
+            return line
+
+        sys.stdout.write(
+            "".join(listed(line.rstrip("\n")) + "\n" for line in printed.getvalue().splitlines(True))
+        )
 
 
 def restore_environment(name: str, value: str | None) -> None:
