@@ -425,8 +425,9 @@ def test_optuna_dashboard_shows_the_study_of_a_search(tmp_path):
         (study,) = studies
         assert study["study_name"] == "digits_optuna"
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{study['study_id']}") as response:
-            trials = json.load(response)["trials"]
-        assert [trial["state"] for trial in trials] == ["Complete", "Complete"]
+            detail = json.load(response)
+        assert [trial["state"] for trial in detail["trials"]] == ["Complete", "Complete"]
+        assert detail["objective_names"] == ["val/loss"]  # its values by name, not "Objective 0"
     finally:
         dashboard.terminate()
         dashboard.wait(timeout=30)
