@@ -24,6 +24,7 @@ from runner.cli.exits import exit_with
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import DataConfig, RunConfig
+from runner.observe.console import OneLinePerJob
 
 
 def config_dir() -> Path:
@@ -38,6 +39,9 @@ CONFIG_DIR = config_dir()
 OmegaConf.register_new_resolver("unique_suffix", lambda: secrets.token_hex(2), use_cache=True, replace=True)
 ConfigStore.instance().store(name="runner_schema", node=RunConfig)
 ConfigStore.instance().store(group="data", name="base_data", node=DataConfig)
+# The logger Hydra's basic launcher (jobs one after another, in this process) logs its lines to; the
+# name is its module's, and nothing of it is imported.
+BASIC_LAUNCHER_LOG = "hydra._internal.core_plugins.basic_launcher"
 SCHEMA_OPTIONS = {"data": {"base_data"}}  # config store entries that data configs build on, not options
 
 
@@ -198,6 +202,8 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
     main = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")(started_task)
     sys.argv = [sys.argv[0], *command_line.arguments]
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    one_line_per_job = OneLinePerJob()
+    logging.getLogger(BASIC_LAUNCHER_LOG).addFilter(one_line_per_job)
     try:
         if command_line.has_flag("--help") or command_line.has_flag("-h"):
             return help_without_schemas(main)
@@ -220,6 +226,7 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
             "choose one with hydra.run.dir=DIR (hydra.sweep.dir=DIR for sweeps)"
         ))  # fmt: skip
     finally:
+        logging.getLogger(BASIC_LAUNCHER_LOG).removeFilter(one_line_per_job)
         restore_environment("HYDRA_FULL_ERROR", preset)
 
 
