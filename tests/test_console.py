@@ -13,7 +13,7 @@ import sys
 import termios
 
 import pytest
-from conftest import REPO, TINY, run_cli
+from conftest import REPO, TINY, read_scalars, run_cli
 
 from runner.observe.console import OneLinePerJob, job_ended, job_started, sweep_job_console
 from runner.observe.progress import Progress, RateWindow
@@ -192,3 +192,15 @@ def test_hydras_launcher_says_launching_once_and_leaves_each_jobs_start_to_runne
             "Launching 1 jobs locally", "\t#1 : optimizer.lr=0.02 data=digits", "Optuna search: 2 trials"]
             if shown(message)]  # fmt: skip
     assert said == ["Launching 1 jobs locally", "Optuna search: 2 trials"]
+
+
+def test_a_validation_line_shows_the_train_loss_of_its_own_step_or_none(train_here, caplog):
+    """Logged every 3 steps, validated every 2: the lines at steps 2 and 4 have no train loss (the one
+    logged at step 3 would read as step 4's); at step 6 both were logged."""
+    run_dir = train_here(*TINY, "trainer.max_steps=6", "trainer.log_every_n_steps=3",
+                         "trainer.val_every_n_steps=2", "data.dataset.num_train=160")  # fmt: skip
+    lines = {int(found[1]): found[0] for found in re.finditer(r"epoch \d+ step (\d+) \|.*", caplog.text)}
+    assert sorted(lines) == [2, 4, 6]
+    assert "train/loss" not in lines[2] and "train/loss" not in lines[4]
+    logged = dict(read_scalars(run_dir)["train/loss"])
+    assert f"train/loss {logged[6]:.4g} | val/loss" in lines[6]
