@@ -5,6 +5,7 @@ import pickle
 
 import pytest
 import torch
+from conftest import TINY
 from torch import nn
 
 from runner.checkpoint.files import CheckpointError, atomic_save, check_state_dict_fits, load_checkpoint
@@ -156,3 +157,27 @@ def test_the_periodic_file_just_written_is_never_pruned(tmp_path):
     checkpointer.after_step(TrainState(step=2))
     checkpointer.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000002.pt"]
+
+
+def evaluated(capsys, *arguments: str) -> tuple[str, str]:
+    """What ``python -m runner eval ARGUMENTS`` prints: its line, and its warnings."""
+    from runner.cli.main import main
+
+    main(["eval", *arguments])
+    printed = capsys.readouterr()
+    return printed.out, printed.err
+
+
+def test_eval_of_a_run_directory_evaluates_its_best_checkpoint(train_here, capsys):
+    """As resume and consolidate take a run directory: eval takes its best.pt (the checkpoint kept
+    for its monitored metric), or its newest valid checkpoint where it has none."""
+    run_dir = train_here(*TINY)
+    best = run_dir / "checkpoints" / "best.pt"
+    of_file, _ = evaluated(capsys, f"ckpt={best}", "device=cpu")
+    assert of_file.startswith(f"checkpoint {best} step ")
+    assert evaluated(capsys, f"ckpt={run_dir}", "device=cpu") == (of_file, "")
+    assert evaluated(capsys, f"ckpt={run_dir / 'checkpoints'}", "device=cpu") == (of_file, "")
+    best.write_bytes(b"damaged")
+    out, warned = evaluated(capsys, f"ckpt={run_dir}", "device=cpu")
+    assert out.startswith(f"checkpoint {run_dir / 'checkpoints' / 'last.pt'} step 4 ")
+    assert warned.startswith(f"runner: warning: ckpt={run_dir}: skipping ")
