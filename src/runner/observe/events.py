@@ -7,6 +7,7 @@ run's start-up, before the first step. An event file is a sequence of TFRecords 
 """
 
 import struct
+from pathlib import Path
 
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
 from tensorboard.compat.proto.tensor_pb2 import TensorProto
@@ -75,3 +76,18 @@ def read_records(data: bytes) -> list[bytes]:
         records.append(data[at + 12 : at + 12 + length])
         at = end
     return records
+
+
+def wall_time_span(path: Path) -> tuple[float, float] | None:
+    """The wall times of an event file's first and last events: while its process logged (one file
+    per process of a run, as runner writes them). ``None`` for a file without a whole event."""
+    try:
+        records = read_records(path.read_bytes())
+    except OSError:
+        return None
+    if not records:
+        return None
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    first, last = Event.FromString(records[0]), Event.FromString(records[-1])
+    return first.wall_time, last.wall_time
