@@ -72,7 +72,7 @@ def test_grid_sweep_summarises_itself(tmp_path):
         hparams = hparams_of_run(job_dir)
         overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text())
         assert f"optimizer.lr={hparams['optimizer.lr']:g}" in overrides
-        assert f"seed={hparams['seed']:g}" in overrides
+        assert f"seed={hparams['seed']}" in overrides  # an integer, recorded as its text
         # The hparams live in the job's own run, not in a stray sub-run.
         assert not [path for path in job_dir.iterdir() if path.is_dir() and any(path.glob("events.*"))]
 
