@@ -208,7 +208,9 @@ def train_in_this_process(
                 record_split(run_dir, parts.train_set, parts.val_set, parts.test_set)
                 record = HParamsRecord(run_dir, hparams_of(plain_config, seed))
                 record.start()  # a resume's replaces the interrupted run's
-                refresh_sweep_experiment(run_dir)  # a sweep job: its HParams columns
+                # A sweep job: the sweep's HParams columns, with its settings; again at its end, after
+                # jobs that started at the same time (parallel launchers) have written their records.
+                refresh_sweep_experiment(run_dir)
                 # Events past the checkpoint's step belong to the lost future of the interrupted run.
                 logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
             # Sharded checkpoints are written by every process; plain ones by rank 0.
@@ -223,6 +225,7 @@ def train_in_this_process(
             def record_end(state: TrainState) -> None:
                 if record is not None and state.stopped_by_signal is None:
                     record.end(ok=True)
+                    refresh_sweep_experiment(run_dir)
 
             run = Run(learner, schedule, loaders, settings, callbacks, logger, checkpointer)
             state, last, stop = run.to_the_end(state, record_end)
@@ -237,6 +240,7 @@ def train_in_this_process(
             raised = error.with_advice(resume_advice(error, last_good, run_dir))
         if record is not None:  # the run had started writing: its records say how it ended
             record.end(ok=False)
+            refresh_sweep_experiment(run_dir)
             if isinstance(raised, UserError):  # the console gets it in one line; train.log keeps it too
                 to_log_file(logging.ERROR, f"runner: error: {raised}")
         if raised is not error:

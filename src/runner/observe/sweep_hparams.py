@@ -1,5 +1,5 @@
 """A sweep's HParams tab opens on its objective: the sweep directory holds an "experiment" record
-that names the columns, rewritten whenever one of its jobs starts (a resumed job too).
+that names the columns, rewritten whenever one of its jobs starts or ends (a resumed job too).
 
 Without one, TensorBoard lists every setting of the runs (sorted by name, differing ones first) and
 every scalar as a metric (sorted by name: ``perf/`` and ``train/`` before ``val/``), and its HParams
