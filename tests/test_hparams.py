@@ -315,3 +315,12 @@ def test_a_screenshot_of_the_hparams_tab(train_here, tmp_path):
     assert done.returncode == 0, done.stderr
     header = picture.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24]) == (1000, 500)
+
+
+def test_a_damaged_job_record_is_left_out_of_the_sweeps_columns(train_here, tmp_path):
+    sweep = sweep_of_two(train_here, tmp_path)
+    (sweep / "2").mkdir()
+    (sweep / "2" / HPARAMS_FILE).write_bytes(b"\x05" + bytes(40))  # a record length, then no record
+    (sweep / "3").mkdir()
+    (sweep / "3" / HPARAMS_FILE).write_bytes(b"\x10" + bytes(11) + b"not an event" + bytes(8))
+    assert [info.name for info in sweep_experiment(sweep).hparam_infos] == ["optimizer.lr", "seed"]

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
 from google.protobuf.struct_pb2 import Value
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
@@ -32,16 +33,16 @@ SWEEP_MARK = "multirun.yaml"  # Hydra writes it into a sweep's directory before 
 
 
 def session_hparams(run_dir: Path) -> dict[str, Value]:
-    """A run's settings as its HParams record holds them; empty where it has none (yet)."""
+    """A run's settings as its HParams record holds them; empty where it has none (yet), or a damaged
+    one (TensorBoard skips it too)."""
     try:
-        data = (run_dir / HPARAMS_FILE).read_bytes()
-    except OSError:
-        return {}
-    for record in read_records(data):
-        for value in Event.FromString(record).summary.value:
-            if value.tag == START_TAG:
-                content = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
-                return dict(content.session_start_info.hparams)
+        for record in read_records((run_dir / HPARAMS_FILE).read_bytes()):
+            for value in Event.FromString(record).summary.value:
+                if value.tag == START_TAG:
+                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    return dict(data.session_start_info.hparams)
+    except (OSError, DecodeError):
+        pass
     return {}
 
 
