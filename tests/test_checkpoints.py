@@ -181,3 +181,15 @@ def test_eval_of_a_run_directory_evaluates_its_best_checkpoint(train_here, capsy
     out, warned = evaluated(capsys, f"ckpt={run_dir}", "device=cpu")
     assert out.startswith(f"checkpoint {run_dir / 'checkpoints' / 'last.pt'} step 4 ")
     assert warned.startswith(f"runner: warning: ckpt={run_dir}: skipping ")
+
+
+def test_eval_of_an_empty_ckpt_is_refused_rather_than_taken_as_this_folder(train_here, capsys, monkeypatch):
+    run_dir = train_here(*TINY)
+    monkeypatch.chdir(run_dir)  # a run directory: "ckpt=" must not read as "."
+    with pytest.raises(SystemExit) as exited:
+        evaluated(capsys, "ckpt=")
+    assert exited.value.code == 2
+    assert (
+        capsys.readouterr().err
+        == "runner: error: ckpt= names nothing; give a checkpoint file or a run directory\n"
+    )

@@ -83,6 +83,8 @@ def main_eval(arguments: list[str]) -> None:
             raise ConfigError(f"split={split} is not allowed; split must be one of {', '.join(SPLITS)}")
         allowed = {target for target in options.get("allow_targets", "").split(",") if target}
         trusted = folder_targets(CONFIG_DIR) | allowed
+        if not options["ckpt"]:
+            raise ConfigError("ckpt= names nothing; give a checkpoint file or a run directory")
         checkpoint = checkpoint_to_evaluate(Path(options["ckpt"]))
         metrics = evaluate_checkpoint(checkpoint, device, hydra.utils.instantiate, split, trusted)
     except UserError as error:
