@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY
 from torch import nn
 
 from runner.checkpoint.files import CheckpointError, atomic_save, check_state_dict_fits, load_checkpoint
@@ -217,4 +218,40 @@ def test_the_resume_command_is_torchruns_wherever_torchrun_started_the_run(monke
         monkeypatch.setenv(name, value)
     assert resume_command(Path("/runs/a")) == (
         "torchrun --standalone --nproc_per_node=2 -m runner train resume=/runs/a"
+    )
+
+
+def evaluated(capsys, *arguments: str) -> tuple[str, str]:
+    """What ``python -m runner eval ARGUMENTS`` prints: its line, and its warnings."""
+    from runner.cli.main import main
+
+    main(["eval", *arguments])
+    printed = capsys.readouterr()
+    return printed.out, printed.err
+
+
+def test_eval_of_a_run_directory_evaluates_its_best_checkpoint(train_here, capsys):
+    """As resume and consolidate take a run directory: eval takes its best.pt (the checkpoint kept
+    for its monitored metric), or its newest valid checkpoint where it has none."""
+    run_dir = train_here(*TINY)
+    best = run_dir / "checkpoints" / "best.pt"
+    of_file, _ = evaluated(capsys, f"ckpt={best}", "device=cpu")
+    assert of_file.startswith(f"checkpoint {best} step ")
+    assert evaluated(capsys, f"ckpt={run_dir}", "device=cpu") == (of_file, "")
+    assert evaluated(capsys, f"ckpt={run_dir / 'checkpoints'}", "device=cpu") == (of_file, "")
+    best.write_bytes(b"damaged")
+    out, warned = evaluated(capsys, f"ckpt={run_dir}", "device=cpu")
+    assert out.startswith(f"checkpoint {run_dir / 'checkpoints' / 'last.pt'} step 4 ")
+    assert warned.startswith(f"runner: warning: ckpt={run_dir}: skipping ")
+
+
+def test_eval_of_an_empty_ckpt_is_refused_rather_than_taken_as_this_folder(train_here, capsys, monkeypatch):
+    run_dir = train_here(*TINY)
+    monkeypatch.chdir(run_dir)  # a run directory: "ckpt=" must not read as "."
+    with pytest.raises(SystemExit) as exited:
+        evaluated(capsys, "ckpt=")
+    assert exited.value.code == 2
+    assert (
+        capsys.readouterr().err
+        == "runner: error: ckpt= names nothing; give a checkpoint file or a run directory\n"
     )

@@ -1,9 +1,12 @@
 """The config rules on their own: what is accepted and what the message says."""
 
+import re
+
 import pytest
 from hydra import compose, initialize_config_dir
 
-from runner.cli.hydra_app import CONFIG_DIR
+from runner.cli.arguments import CommandLine
+from runner.cli.hydra_app import CONFIG_DIR, check_command_line
 from runner.config.checks import check_top_level_key, check_value
 from runner.config.errors import ConfigError
 from runner.config.schema import resume_policy
@@ -45,6 +48,17 @@ def test_unknown_top_level_key_lists_the_known_ones():
     with pytest.raises(ConfigError, match=r"foo=1: 'foo' is not a config key; known .*accumulate"):
         check_top_level_key("foo", given="foo=1")
     check_top_level_key("trainer.max_steps", given="trainer.max_steps=3")
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [("lr=0.01", "optimizer.lr"), ("hidden=[32]", "model.hidden"), ("max_steps=3", "trainer.max_steps")],
+)
+def test_a_key_given_without_its_section_names_the_key_it_most_likely_is(given, meant):
+    with pytest.raises(
+        ConfigError, match=rf"^{re.escape(given)}: .* not a config key; did you mean {meant}\? "
+    ):
+        check_command_line(CommandLine.parse([given]))
 
 
 def _config(**changes):

@@ -20,7 +20,7 @@ def test_mission_command_falls_back_to_fp32_on_cpu_with_one_warning(tmp_path, ru
     assert "precision=amp is not available" in warnings[0] and "uses fp32" in warnings[0]
     assert "precision        fp32 (requested amp:" in output
     assert f"tensorboard --logdir {run_dir}" in output
-    assert "effective batch  16 = 16 (data.batch_size) x 1 (accumulate) x 1 (world size)" in output
+    assert "effective batch  16 = 16 (data.batch_size) x 1 (accumulate) x 1 process" in output
 
     recorded = yaml.safe_load((run_dir / "run.yaml").read_text())
     assert recorded["runtime"]["precision_used"] == "fp32"

@@ -13,9 +13,9 @@ import sys
 import termios
 
 import pytest
-from conftest import REPO, TINY, run_cli
+from conftest import REPO, TINY, read_scalars, run_cli
 
-from runner.observe.console import job_ended, job_started, sweep_job_console
+from runner.observe.console import OneLinePerJob, job_ended, job_started, sweep_job_console
 from runner.observe.progress import Progress, RateWindow
 
 PROGRESS_LINE = re.compile(r"epoch \d+ step \d+ \| train/loss \S+ \| val/loss \S+")
@@ -153,6 +153,9 @@ def test_a_sweep_prints_one_line_per_job_at_its_start_and_end_and_its_plan_to_tr
     assert messages[2] == "[job 1] started: optimizer.lr=0.01"
     assert re.fullmatch(r"\[job 1\] ok in \d+\.\d s: best val/loss \d\.\d+", messages[3])
     assert "run plan" not in result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert "#0 : " not in output and "#1 : " not in output  # Hydra's start lines: runner's say it
+    assert output.count("Launching 2 jobs locally") == 1
     (sweep,) = (tmp_path / "outputs" / "multirun").glob("*/*")
     for job in ("0", "1"):
         logged = (sweep / job / "train.log").read_text()
@@ -175,3 +178,29 @@ def test_lines_of_jobs_run_in_parallel_carry_their_job_number(tmp_path):
     (failed,) = [line for line in lines if "[job 1] failed in" in line]
     assert "RuntimeError: deliberate failure for the test (traceback in outputs/multirun/" in failed
     assert "Traceback" not in result.stdout + result.stderr  # it is in the job's train.log
+
+
+def test_hydras_launcher_says_launching_once_and_leaves_each_jobs_start_to_runner():
+    """A search launches its trials one at a time: Hydra would say "Launching 1 jobs locally" and
+    ``#N : every override`` before each; runner's ``[job N] started`` line names the job."""
+    lines = OneLinePerJob()
+
+    def shown(message: str) -> bool:
+        return lines.filter(logging.LogRecord("hydra", logging.INFO, __file__, 0, message, None, None))
+
+    said = [message for message in ["Launching 1 jobs locally", "\t#0 : optimizer.lr=0.01 data=digits",
+            "Launching 1 jobs locally", "\t#1 : optimizer.lr=0.02 data=digits", "Optuna search: 2 trials"]
+            if shown(message)]  # fmt: skip
+    assert said == ["Launching 1 jobs locally", "Optuna search: 2 trials"]
+
+
+def test_a_validation_line_shows_the_train_loss_of_its_own_step_or_none(train_here, caplog):
+    """Logged every 3 steps, validated every 2: the lines at steps 2 and 4 have no train loss (the one
+    logged at step 3 would read as step 4's); at step 6 both were logged."""
+    run_dir = train_here(*TINY, "trainer.max_steps=6", "trainer.log_every_n_steps=3",
+                         "trainer.val_every_n_steps=2", "data.dataset.num_train=160")  # fmt: skip
+    lines = {int(found[1]): found[0] for found in re.finditer(r"epoch \d+ step (\d+) \|.*", caplog.text)}
+    assert sorted(lines) == [2, 4, 6]
+    assert "train/loss" not in lines[2] and "train/loss" not in lines[4]
+    logged = dict(read_scalars(run_dir)["train/loss"])
+    assert f"train/loss {logged[6]:.4g} | val/loss" in lines[6]

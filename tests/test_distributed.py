@@ -89,7 +89,7 @@ def test_two_processes_equal_one_and_resume_exactly_after_sigkill(tmp_path):
         torch.testing.assert_close(two[key], one[key], rtol=1e-5, atol=1e-5)
     for run in ("one", "two"):
         assert read_scalars(tmp_path / run)["train/skipped_steps"][-1][1] == 1, run
-    assert "effective batch  32 = 8 (data.batch_size) x 2 (accumulate) x 2 (world size)" in double.stdout
+    assert "effective batch  32 = 8 (data.batch_size) x 2 (accumulate) x 2 processes" in double.stdout
     # Only rank 0 writes: one TensorBoard run, one checkpoint folder, Hydra's record once.
     assert sorted(p.name for p in (tmp_path / "two").iterdir() if p.name.startswith("train")) == [
         "train.log", "train.rank1.log",
@@ -134,7 +134,7 @@ def test_two_processes_equal_one_and_resume_exactly_after_sigkill(tmp_path):
     assert sweep.returncode == 0, sweep.stderr
     for key, tensor in weights(tmp_path / "two").items():
         assert torch.equal(weights(tmp_path / "sweep" / "0")[key], tensor), key
-    assert "x 2 (world size)" in (tmp_path / "sweep" / "0" / "train.log").read_text()
+    assert "x 2 processes" in (tmp_path / "sweep" / "0" / "train.log").read_text()
     assert (tmp_path / "sweep" / "0" / "train.rank1.log").read_text() == ""  # warnings only, and none
 
 
@@ -180,7 +180,7 @@ def test_a_sweep_under_torchrun_runs_each_job_on_every_rank(tmp_path):
     with open(sweep_dir / "summary.csv") as handle:
         assert [row["status"] for row in csv.DictReader(handle)] == ["ok", "ok"]
     for job in ("0", "1"):
-        assert "x 2 (world size)" in (sweep_dir / job / "train.log").read_text()
+        assert "x 2 processes" in (sweep_dir / job / "train.log").read_text()
         assert (sweep_dir / job / "train.rank1.log").read_text() == ""
         assert len(event_files(sweep_dir / job)) == 1  # rank 0's only
 

@@ -3,6 +3,8 @@ own scalars as its metrics (no one-point charts of their own)."""
 
 import json
 import re
+import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -18,6 +20,7 @@ from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 
 from runner.config.typed import as_dict, flatten
 from runner.observe.hparams import HPARAMS_FILE, hparams_of
+from runner.observe.sweep_hparams import EXPERIMENT_FILE, sweep_experiment
 from runner.training.engine import NonFiniteError
 
 
@@ -52,7 +55,8 @@ def test_hparams_are_the_whole_config_flattened():
     assert "trainer.max_steps" in nulls
     assert set(hparams) == set(flatten(config)) - {"resume"} - nulls
     assert hparams["model.hidden"] == "[32, 16]" and hparams["clip"] == 1.0 and hparams["compile"] is False
-    assert hparams["seed"] == 1234  # the seed the run drew, not null
+    assert hparams["seed"] == "1234"  # the seed the run drew, not null; an integer, printed as one
+    assert hparams["data.batch_size"] == "32" and hparams["optimizer.lr"] == 0.001
 
 
 def test_a_run_records_its_config_and_its_end_for_the_hparams_tab(train_here):
@@ -60,8 +64,7 @@ def test_a_run_records_its_config_and_its_end_for_the_hparams_tab(train_here):
     data = recorded(run_dir)
     config = as_dict(composed(*TINY, "trainer.val_every_n_steps=1"))
     start = {name: value_of(value) for name, value in data.session_start_info.hparams.items()}
-    assert start == {key: value if not isinstance(value, int) or isinstance(value, bool) else float(value)
-                     for key, value in hparams_of(config, seed=0).items()}  # fmt: skip
+    assert start == hparams_of(config, seed=0)
     assert data.session_end_info.status == api_pb2.STATUS_SUCCESS
     # Its file sorts before the run's event file: TensorBoard keeps the first record it reads.
     assert sorted(path.name for path in run_dir.glob("events.out.tfevents.*"))[0] == HPARAMS_FILE
@@ -76,12 +79,12 @@ def test_a_run_records_its_config_and_its_end_for_the_hparams_tab(train_here):
 
 def test_a_resume_replaces_the_record_and_adds_no_second_point(train_here):
     run_dir = train_here(*TINY, "trainer.val_every_n_steps=1")
-    first = recorded(run_dir).session_start_info.hparams["trainer.max_steps"].number_value
+    first = recorded(run_dir).session_start_info.hparams["trainer.max_steps"].string_value
     last = run_dir / "checkpoints" / "last.pt"
     assert torch.load(last)["global_step"] == 4
     train_here(*TINY, "trainer.val_every_n_steps=1", "trainer.max_steps=6", f"resume={last}", run_dir=run_dir)
     data = recorded(run_dir)
-    assert (first, data.session_start_info.hparams["trainer.max_steps"].number_value) == (4, 6)
+    assert (first, data.session_start_info.hparams["trainer.max_steps"].string_value) == ("4", "6")
     assert data.session_end_info.status == api_pb2.STATUS_SUCCESS
     scalars = read_scalars(run_dir)
     assert [step for step, _ in scalars["val/loss_best"]] == [1, 2, 3, 4, 5, 6]
@@ -155,9 +158,9 @@ class TensorBoard:
 @pytest.mark.slow
 def test_tensorboard_compares_the_runs_of_a_sweep_by_what_differs(tmp_path):
     """A 2x2 sweep, one job resumed for longer, read as a person's browser reads it from a real
-    TensorBoard server: each job's end reaches a server that is running; the swept keys (and the
-    resumed job's longer max_steps) with both values come first, the constants are marked as such,
-    the metrics are the runs' own scalars."""
+    TensorBoard server: each job's end reaches a server that is running; the columns are the swept
+    keys (and the resumed job's longer max_steps) with their values, no constants; the metrics are the
+    runs' own val scalars, the monitor's best first."""
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     watching = TensorBoard(sweep)  # as a person watches a sweep: started before it
@@ -182,15 +185,13 @@ def test_tensorboard_compares_the_runs_of_a_sweep_by_what_differs(tmp_path):
     try:
         experiment = server.experiment(runs=4)
         infos = {info["name"]: info for info in experiment["hparamInfos"]}
-        assert set(infos) >= {"optimizer.lr", "seed", "trainer.max_steps", "model.hidden", "data.batch_size"}
-        differing = [info["name"] for info in experiment["hparamInfos"] if info.get("differs")]
-        assert differing == ["optimizer.lr", "seed", "trainer.max_steps"]  # shown first, the rest hidden
-        assert experiment["hparamInfos"][:3] == [infos[name] for name in differing]
+        assert list(infos) == ["optimizer.lr", "seed", "trainer.max_steps"]  # no constants
+        assert all(info["differs"] for info in infos.values())
         assert infos["optimizer.lr"]["domainInterval"] == {"minValue": 0.001, "maxValue": 0.01}
-        assert infos["seed"]["domainInterval"] == {"minValue": 0.0, "maxValue": 1.0}
-        assert infos["trainer.max_steps"]["domainInterval"] == {"minValue": 4.0, "maxValue": 6.0}
+        assert infos["seed"]["domainDiscrete"] == ["0", "1"]  # integers, printed as integers
+        assert infos["trainer.max_steps"]["domainDiscrete"] == ["4", "6"]
         metrics = [info["name"]["tag"] for info in experiment["metricInfos"]]
-        assert "val/loss_best" in metrics and not [tag for tag in metrics if tag.startswith("hparams/")]
+        assert metrics == ["val/loss_best", "val/loss", "val/acc"]
 
         groups = server.session_groups(["optimizer.lr", "seed", "trainer.max_steps"])
         seen = {}
@@ -200,9 +201,9 @@ def test_tensorboard_compares_the_runs_of_a_sweep_by_what_differs(tmp_path):
             values = {metric["name"]["tag"]: metric["value"] for metric in session["metricValues"]}
             seen[job] = (group["hparams"], values, session["status"])
         assert {(h["optimizer.lr"], h["seed"]) for h, _, _ in seen.values()} == {
-            (lr, seed) for lr in (0.001, 0.01) for seed in (0.0, 1.0)
+            (lr, seed) for lr in (0.001, 0.01) for seed in ("0", "1")
         }
-        assert seen["3"][0]["trainer.max_steps"] == 6 and seen["0"][0]["trainer.max_steps"] == 4
+        assert seen["3"][0]["trainer.max_steps"] == "6" and seen["0"][0]["trainer.max_steps"] == "4"
         assert all(status == "STATUS_SUCCESS" for _, _, status in seen.values())
         for job, (_, values, _) in seen.items():
             best = json.loads((sweep / job / "result.json").read_text())["best"]
@@ -213,3 +214,113 @@ def test_tensorboard_compares_the_runs_of_a_sweep_by_what_differs(tmp_path):
             assert all(tag.startswith(("train/", "val/", "perf/")) for tag in run_tags), run
     finally:
         server.stop()
+
+
+def sweep_of_two(train_here, tmp_path: Path) -> Path:
+    """Two jobs of a sweep, trained here into a sweep directory as Hydra lays one out (its
+    ``multirun.yaml`` marks it a sweep): they differ in optimizer.lr and seed."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    for job, (lr, seed) in enumerate([("0.001", "0"), ("0.01", "1")]):
+        train_here(*TINY, "trainer.val_every_n_steps=2", f"optimizer.lr={lr}", f"seed={seed}",
+                   run_dir=sweep / str(job))  # fmt: skip
+    return sweep
+
+
+def test_a_sweeps_hparams_columns_are_what_its_jobs_differ_in_and_its_val_metrics(train_here, tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    train_here(*TINY, "optimizer.lr=0.001", run_dir=sweep / "0")
+    assert not (sweep / EXPERIMENT_FILE).exists()  # one job differs from nothing: TensorBoard's columns
+    train_here(
+        *TINY,
+        "optimizer.lr=0.01",
+        "seed=3",
+        "checkpoint.save_best=false",
+        "metrics=none",
+        run_dir=sweep / "1",
+    )
+    experiment = sweep_experiment(sweep)
+    infos = {info.name: info for info in experiment.hparam_infos}
+    assert list(infos) == [
+        "checkpoint.save_best",
+        "metrics.acc._target_",
+        "optimizer.lr",
+        "seed",
+    ]  # no constants
+    assert all(info.differs for info in infos.values())
+    lr = infos["optimizer.lr"].domain_interval
+    assert (lr.min_value, lr.max_value) == (0.001, 0.01)
+    assert list(infos["seed"].domain_discrete) == ["0", "3"]
+    assert list(infos["checkpoint.save_best"].domain_discrete) == [False, True]
+    assert [info.name.tag for info in experiment.metric_infos] == ["val/loss_best", "val/loss", "val/acc"]
+    assert (sweep / EXPERIMENT_FILE).exists()  # written when the second job started
+    # A run outside a sweep writes none.
+    run_dir = train_here(*TINY)
+    assert not (run_dir.parent / EXPERIMENT_FILE).exists()
+
+
+def test_the_monitored_metric_and_its_best_come_first(train_here, tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    for job, lr in enumerate(["0.001", "0.01"]):
+        train_here(*TINY, "checkpoint.monitor=val/acc", "checkpoint.mode=max", f"optimizer.lr={lr}",
+                   run_dir=sweep / str(job))  # fmt: skip
+    tags = [info.name.tag for info in sweep_experiment(sweep).metric_infos]
+    assert tags == ["val/acc_best", "val/acc", "val/loss"]
+
+
+@pytest.mark.slow
+def test_tensorboard_opens_a_sweeps_hparams_tab_on_its_objective(train_here, tmp_path):
+    """What TensorBoard's HParams tab is served: its table ticks the first five metric columns and the
+    first five settings, differing ones first. Here those are the val metrics, the monitor's best first,
+    and only the settings the jobs differ in, whose integers are text (printed as integers)."""
+    sweep = sweep_of_two(train_here, tmp_path)
+    server = TensorBoard(sweep)
+    try:
+        experiment = server.experiment(runs=2)
+        assert [info["name"] for info in experiment["hparamInfos"]] == ["optimizer.lr", "seed"]
+        assert [info["name"]["tag"] for info in experiment["metricInfos"]][:5] == [
+            "val/loss_best", "val/loss", "val/acc"]  # fmt: skip
+        groups = server.session_groups(["optimizer.lr", "seed"])
+        rows = {
+            Path(group["sessions"][0]["name"]).name: {
+                key: group["hparams"][key] for key in ("optimizer.lr", "seed")
+            }
+            for group in groups
+        }
+        assert rows == {"0": {"optimizer.lr": 0.001, "seed": "0"}, "1": {"optimizer.lr": 0.01, "seed": "1"}}
+        for group in groups:
+            values = {m["name"]["tag"]: m["value"] for m in group["sessions"][0]["metricValues"]}
+            job = Path(group["sessions"][0]["name"]).name
+            assert values["val/loss_best"] == pytest.approx(
+                min(v for _, v in read_scalars(sweep / job)["val/loss"])
+            )
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs a headless chromium")
+def test_a_screenshot_of_the_hparams_tab(train_here, tmp_path):
+    """The screenshot script draws the tab as a browser shows it (docs/tensorboard_hparams.png)."""
+    sweep = sweep_of_two(train_here, tmp_path)
+    picture = tmp_path / "hparams.png"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "tensorboard_screenshot.py"
+    done = subprocess.run([sys.executable, str(script), str(sweep), str(picture), "--size", "1000x500"],
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    header = picture.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24]) == (1000, 500)
+
+
+def test_a_damaged_job_record_is_left_out_of_the_sweeps_columns(train_here, tmp_path):
+    sweep = sweep_of_two(train_here, tmp_path)
+    (sweep / "2").mkdir()
+    (sweep / "2" / HPARAMS_FILE).write_bytes(b"\x05" + bytes(40))  # a record length, then no record
+    (sweep / "3").mkdir()
+    (sweep / "3" / HPARAMS_FILE).write_bytes(b"\x10" + bytes(11) + b"not an event" + bytes(8))
+    assert [info.name for info in sweep_experiment(sweep).hparam_infos] == ["optimizer.lr", "seed"]

@@ -62,3 +62,9 @@ def test_a_trainable_count_is_shown_when_parts_are_frozen():
     model[0].requires_grad_(False)
     assert runplan.model_plan(model, None) == "Sequential: 23 parameters, 8 trainable"
     assert runplan.memory_plan(model, 2) == "parameters 92 B per process (a whole copy on each process)"
+
+
+def test_the_effective_batch_counts_processes_in_words(train_here, caplog):
+    """ "x 2 processes" under torchrun (tests/test_distributed.py), "x 1 process" here."""
+    train_here(*TINY, "accumulate=2")
+    assert plan_of(caplog)["effective batch"] == "32 = 16 (data.batch_size) x 2 (accumulate) x 1 process"

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from runner.cli.optuna_search import objectives_of, search_space
+from runner.cli.optuna_search import name_objectives, objectives_of, search_space
 from runner.config.errors import ConfigError
 from runner.search.continuation import OtherJobInTheWay, earlier_job
 from runner.search.gpus import claimed_gpu
@@ -218,3 +218,12 @@ def test_every_sampler_and_pruner_option_builds_on_the_installed_optuna(group):
             built = built({"optimizer.lr": [1e-3, 1e-2]})
         base = optuna.samplers.BaseSampler if group == "sampler" else optuna.pruners.BasePruner
         assert isinstance(built, base), name
+
+
+def test_a_studys_values_are_named_by_their_metrics_in_its_storage(tmp_path):
+    """What optuna-dashboard reads from the database: the objectives' names (tests/test_sweeps.py
+    shows the dashboard serving them)."""
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(storage=storage, study_name="s", directions=["minimize", "maximize"])
+    name_objectives(study, ["val/loss", "val/acc"])
+    assert optuna.load_study(study_name="s", storage=storage).metric_names == ["val/loss", "val/acc"]

@@ -5,8 +5,10 @@ import csv
 from pathlib import Path
 
 import matplotlib
+import pytest
 import yaml
-from conftest import TINY
+from conftest import TINY, event_files
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from runner.observe.records import write_result, write_run_record
 from runner.observe.writer import TensorBoardLogger
@@ -233,3 +235,23 @@ def test_a_resumed_run_is_summarised_with_the_overrides_it_last_ran_with(tmp_pat
     )
     write_summary(run)
     assert (run / "summary.md").read_text().splitlines()[0] == "Overrides: `seed=3 trainer.max_steps=400`"
+
+
+def logging_time(event_file: Path) -> float:
+    """First to last event of one process's event file, read with TensorBoard's own loader."""
+    times = [event.wall_time for event in EventFileLoader(str(event_file)).Load()]
+    return max(times) - min(times)
+
+
+def test_a_resumed_runs_wall_time_is_the_sum_over_its_processes(train_here):
+    """Trained, then resumed for longer: the time between the two is not the run's. The last process's
+    recorded time (result.json, as the CLI writes it) plus the earlier process's logging time."""
+    run_dir = train_here(*TINY)
+    (first,) = event_files(run_dir)
+    train_here(*TINY, "trainer.max_steps=6", f"resume={run_dir / 'checkpoints' / 'last.pt'}", run_dir=run_dir)
+    (second,) = set(event_files(run_dir)) - {first}
+    (run,) = write_summary(run_dir)
+    assert run.wall_seconds == pytest.approx(logging_time(first) + logging_time(second))  # no result.json
+    write_result(run_dir, "ok", 1.5, best=0.1)
+    (run,) = write_summary(run_dir)
+    assert run.wall_seconds == pytest.approx(1.5 + logging_time(first), abs=1e-3)

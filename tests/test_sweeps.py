@@ -72,7 +72,7 @@ def test_grid_sweep_summarises_itself(tmp_path):
         hparams = hparams_of_run(job_dir)
         overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text())
         assert f"optimizer.lr={hparams['optimizer.lr']:g}" in overrides
-        assert f"seed={hparams['seed']:g}" in overrides
+        assert f"seed={hparams['seed']}" in overrides  # an integer, recorded as its text
         # The hparams live in the job's own run, not in a stray sub-run.
         assert not [path for path in job_dir.iterdir() if path.is_dir() and any(path.glob("events.*"))]
 
@@ -425,8 +425,9 @@ def test_optuna_dashboard_shows_the_study_of_a_search(tmp_path):
         (study,) = studies
         assert study["study_name"] == "digits_optuna"
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{study['study_id']}") as response:
-            trials = json.load(response)["trials"]
-        assert [trial["state"] for trial in trials] == ["Complete", "Complete"]
+            detail = json.load(response)
+        assert [trial["state"] for trial in detail["trials"]] == ["Complete", "Complete"]
+        assert detail["objective_names"] == ["val/loss"]  # its values by name, not "Objective 0"
     finally:
         dashboard.terminate()
         dashboard.wait(timeout=30)

@@ -222,3 +222,12 @@ def test_docs_tables_of_files_name_everything_train_resume_and_lr_find_write(tmp
     assert re.fullmatch(r"\d{2}-\d{2}-\d{2}-[0-9a-f]{4}", lr_find_dir.name)
     assert "outputs/lr_find/<date>/<time>-<suffix>/" in doctor
     assert unlisted(lr_find_dir, lr_find_rows) == []
+
+
+def test_train_help_lists_the_options_to_choose_not_the_data_schema(capsys):
+    """``base_data`` is the typed schema data configs build on (``defaults: [base_data]``), not a data
+    set: ``--help`` leaves it out of the data options."""
+    text = help_of(capsys, "train", "--help")
+    data = next(line for line in text.splitlines() if line.startswith("data: "))
+    assert data == "data: classification, digits, regression, text"
+    assert "base_data" not in text and "model: char_rnn, char_transformer, cnn, mlp" in text

@@ -40,14 +40,31 @@ def checked_load(path: Path) -> dict[str, Any]:
     return checkpoint
 
 
-def newest_valid(candidates: list[Path], request: str) -> Found | None:
+def newest_valid(candidates: list[Path], request: str, key: str = "resume") -> Found | None:
     """The first candidate that loads; each one skipped is reported."""
     for path in candidates:
         try:
             return Found(path.resolve(), checked_load(path))
         except CheckpointError as error:
-            print(f"runner: warning: resume={request}: skipping {error}", file=sys.stderr)
+            print(f"runner: warning: {key}={request}: skipping {error}", file=sys.stderr)
     return None
+
+
+def checkpoint_to_evaluate(path: Path) -> Path:
+    """``eval ckpt=<run dir>`` (or its ``checkpoints/`` folder): the run's ``best.pt``, the one it kept
+    for its monitored metric; without a valid one, its newest valid checkpoint, as a resume takes it.
+    A checkpoint file (or a sharded checkpoint's folder) is itself."""
+    if not path.is_dir() or is_sharded_folder(path):
+        return path
+    folder = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
+    candidates = checkpoint_files(folder)
+    best = [candidate for candidate in candidates if candidate.stem == "best"]
+    found = newest_valid(best + [c for c in candidates if c not in best], str(path), key="ckpt")
+    if found is None:
+        raise ConfigError(
+            f"ckpt={path}: no valid checkpoint in {folder}; give a run directory or a checkpoint"
+        )
+    return found.path
 
 
 def locate_checkpoint(request: str, outputs_dir: Path) -> Found:

@@ -20,6 +20,7 @@ class TrainState:
     best_val: float | None = None  # best value of the monitored metric
     best_val_step: int | None = None
     last_train_loss: float | None = None
+    last_train_loss_step: int | None = field(default=None, metadata=TRANSIENT)  # the step it was logged at
     last_val: dict[str, float] = field(default_factory=dict)
     skipped_steps: int = 0  # optimizer steps skipped for non-finite gradients
     stopped_by_signal: int | None = field(default=None, metadata=TRANSIENT)

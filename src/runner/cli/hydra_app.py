@@ -1,7 +1,9 @@
 """Hydra, through its public API: where runner's configs live, the schema registered with Hydra's
 ConfigStore, the checks on overrides before Hydra composes, and running a task under ``hydra.main``."""
 
+import contextlib
 import functools
+import io
 import logging
 import os
 import re
@@ -22,6 +24,7 @@ from runner.cli.exits import exit_with
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import DataConfig, RunConfig
+from runner.observe.console import OneLinePerJob
 
 
 def config_dir() -> Path:
@@ -36,10 +39,30 @@ CONFIG_DIR = config_dir()
 OmegaConf.register_new_resolver("unique_suffix", lambda: secrets.token_hex(2), use_cache=True, replace=True)
 ConfigStore.instance().store(name="runner_schema", node=RunConfig)
 ConfigStore.instance().store(group="data", name="base_data", node=DataConfig)
+# The logger Hydra's basic launcher (jobs one after another, in this process) logs its lines to; the
+# name is its module's, and nothing of it is imported.
+BASIC_LAUNCHER_LOG = "hydra._internal.core_plugins.basic_launcher"
+SCHEMA_OPTIONS = {"data": {"base_data"}}  # config store entries that data configs build on, not options
 
 
 def group_names() -> set[str]:
     return {path.name for path in CONFIG_DIR.iterdir() if path.is_dir()}
+
+
+@functools.cache
+def group_keys() -> set[str]:
+    """The keys runner's config group options set (``optimizer.lr``, ``model.hidden``): what a bare
+    ``lr=0.01`` most likely meant. Options placed elsewhere (``# @package _global_``) are left out."""
+    import yaml
+
+    keys = set()
+    for path in CONFIG_DIR.glob("*/*.yaml"):
+        text = path.read_text()
+        content = yaml.safe_load(text)
+        if "@package" in text.split("\n", 1)[0] or not isinstance(content, dict):
+            continue
+        keys |= {f"{path.parent.name}.{name}" for name in content if not str(name).startswith("_")}
+    return keys - {f"{group}.defaults" for group in group_names()}
 
 
 def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> None:
@@ -65,7 +88,7 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
             continue
         given = override.input_line or key
         if not (override.is_add() or override.is_force_add() or command_line.custom_primary_config):
-            check_top_level_key(key, given=given, extra_known=group_names())
+            check_top_level_key(key, given=given, extra_known=group_names(), nested=group_keys())
             check_section_key(key, given=given)
         if key in group_names() and override.value() is None:
             raise ConfigError(f"{given}: {key} must name one of its options: {', '.join(options_of(key))}")
@@ -179,7 +202,11 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
     main = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")(started_task)
     sys.argv = [sys.argv[0], *command_line.arguments]
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    one_line_per_job = OneLinePerJob()
+    logging.getLogger(BASIC_LAUNCHER_LOG).addFilter(one_line_per_job)
     try:
+        if command_line.has_flag("--help") or command_line.has_flag("-h"):
+            return help_without_schemas(main)
         return main()
     except HydraException as error:  # composing, sweeping: before any job runs
         if started:
@@ -199,7 +226,30 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
             "choose one with hydra.run.dir=DIR (hydra.sweep.dir=DIR for sweeps)"
         ))  # fmt: skip
     finally:
+        logging.getLogger(BASIC_LAUNCHER_LOG).removeFilter(one_line_per_job)
         restore_environment("HYDRA_FULL_ERROR", preset)
+
+
+def help_without_schemas(main: Callable[[], Any]) -> Any:
+    """Hydra's ``--help``, less the typed schemas it lists among the groups' options (``base_data``,
+    which data configs build on: not one to choose). Hydra lists every option its config store holds."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            return main()
+    finally:
+        hidden = {f"{group}: ": names for group, names in SCHEMA_OPTIONS.items()}
+
+        def listed(line: str) -> str:
+            for start, names in hidden.items():
+                if line.startswith(start):
+                    options = [option for option in line[len(start) :].split(", ") if option not in names]
+                    return start + ", ".join(options)
+            return line
+
+        sys.stdout.write(
+            "".join(listed(line.rstrip("\n")) + "\n" for line in printed.getvalue().splitlines(True))
+        )
 
 
 def restore_environment(name: str, value: str | None) -> None:

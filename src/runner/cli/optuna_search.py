@@ -11,6 +11,7 @@ proposed for the jobs not yet run. Each trial records its sweep directory and jo
 
 import logging
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -344,6 +345,7 @@ class OptunaSearch:
         sweep_dir = Path(self.config.hydra.sweep.dir).resolve()
         own_only = self.storage is None  # the study in the sweep directory is this sweep's alone
         study = self.open_study(sweep_dir, space, own_only)
+        name_objectives(study, objectives)
         mine = own_trials(study, sweep_dir, own_only)
         done = sum(1 for number in range(self.n_trials) if is_finished(mine.get(number), sweep_dir, number))
         log.info(
@@ -495,6 +497,15 @@ class OptunaSearch:
         """A job that finished while its sweep was being stopped may not have been told yet."""
         if trial.state == optuna.trial.TrialState.RUNNING:
             self.tell(study, trial.number, JobReturn(status=JobStatus.COMPLETED), job_dir, objectives)
+
+
+def name_objectives(study: optuna.Study, objectives: list[str]) -> None:
+    """The study's values by the metrics they are (``val/loss``): optuna-dashboard shows these names,
+    not "Objective 0". Optuna marks the call experimental (since 3.2); its warning says only that."""
+    if study.metric_names != objectives:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(objectives)
 
 
 def existing_study(storage: Any, name: str) -> optuna.Study | None:

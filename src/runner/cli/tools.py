@@ -30,8 +30,9 @@ Metrics of a checkpoint (val/loss and every configured metric) on the validation
 split=test on the test split the data set returns third. The model and data are rebuilt from the
 config stored in the checkpoint; with ema, the averaged weights are evaluated. Writes nothing.
 
-  ckpt=FILE            a checkpoint, e.g. outputs/<date>/<time>-<suffix>/checkpoints/best.pt, or a
-                       sharded one's folder (strategy=fsdp: checkpoints/best)
+  ckpt=FILE            a checkpoint, e.g. outputs/<date>/<time>-<suffix>/checkpoints/best.pt, a
+                       sharded one's folder (strategy=fsdp: checkpoints/best), or a run directory
+                       (its best.pt; without one, its newest checkpoint)
   split=val|test       which split (default val)
   device=...           where to evaluate (default auto: cuda, else mps, else cpu)
   allow_targets=A,B    _target_s of your own code the stored config may build (runner's own are
@@ -63,6 +64,7 @@ def main_eval(arguments: list[str]) -> None:
     if any(argument in HELP_FLAGS for argument in arguments):
         print(EVAL_HELP, end="")
         raise SystemExit(0)
+    from runner.checkpoint.locate import checkpoint_to_evaluate
     from runner.config.trust import folder_targets
     from runner.tools.evaluation import SPLITS, evaluate_checkpoint
 
@@ -81,7 +83,10 @@ def main_eval(arguments: list[str]) -> None:
             raise ConfigError(f"split={split} is not allowed; split must be one of {', '.join(SPLITS)}")
         allowed = {target for target in options.get("allow_targets", "").split(",") if target}
         trusted = folder_targets(CONFIG_DIR) | allowed
-        metrics = evaluate_checkpoint(Path(options["ckpt"]), device, hydra.utils.instantiate, split, trusted)
+        if not options["ckpt"]:
+            raise ConfigError("ckpt= names nothing; give a checkpoint file or a run directory")
+        checkpoint = checkpoint_to_evaluate(Path(options["ckpt"]))
+        metrics = evaluate_checkpoint(checkpoint, device, hydra.utils.instantiate, split, trusted)
     except UserError as error:
         exit_with(error)
     print(" ".join(f"{name} {value:.6g}" if isinstance(value, float) else f"{name} {value}"

@@ -126,6 +126,7 @@ class SweepStop:
     not_run: list[str] = field(default_factory=list)
     sweep_dir: str = ""
     previous_handlers: dict[int, Any] = field(default_factory=dict)
+    stopped_a_job: bool = False
 
     def skip(self, number: int, overrides: list[str]) -> None:
         varied = [o.input_line for o in parse_overrides(overrides) if o.key_or_group in self.swept]
@@ -143,6 +144,7 @@ class SweepStop:
         ):
             return False
         self.signal_number = number
+        self.stopped_a_job = True
         self.sweep_dir = shown_path(Path(hydra_config.sweep.dir))
         return True
 
@@ -174,10 +176,16 @@ class SweepStop:
             signal.signal(number, handler)
         self.previous_handlers.clear()
 
-    def report(self) -> NoReturn:
+    def report(self, exit_code: Any = None) -> NoReturn:
+        """Say what the signal stopped. One that came after the last job had ended stopped nothing:
+        the sweep finished, and exits as it would have (``exit_code``: its summary's, 1 if a job failed)."""
         from runner.search import trials_not_run
 
         name = signal.Signals(self.signal_number).name
+        if not (self.stopped_a_job or self.not_run or trials_not_run):
+            print(f"runner: {name} received after the last job had ended: the sweep finished; the summary "
+                  "covers every job", file=sys.stderr)  # fmt: skip
+            raise SystemExit(exit_code or 0)
         not_run = "; ".join([*self.not_run, *trials_not_run]) or "none"
         print(f"runner: the sweep was stopped by {name}: the running job saved its checkpoint; jobs not run: "
               f"{not_run}; the summary covers the jobs that ran; to continue the sweep, run the same command "
@@ -428,11 +436,13 @@ def main_train(arguments: list[str]) -> None:
     except UserError as error:
         exit_with(error)
     sweep_stop = SweepStop([o.key_or_group for o in command_line.overrides if o.is_sweep_override()])
+    exit_code = None
     try:
         run_hydra(lambda cfg: train_task(cfg, found, before, sweep_stop, trusted, before_jobs), command_line)
-    except SystemExit:
+    except SystemExit as error:
         if sweep_stop.signal_number is None:
             raise
+        exit_code = error.code
     finally:
         sweep_stop.unwatch()
         if distributed:
@@ -440,4 +450,4 @@ def main_train(arguments: list[str]) -> None:
 
             stop_process_group()
     if sweep_stop.signal_number is not None:
-        sweep_stop.report()
+        sweep_stop.report(exit_code)

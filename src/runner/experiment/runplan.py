@@ -205,7 +205,7 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
         (
             "effective batch",
             f"{batch_size * accumulate * world_size} = {batch_size} (data.batch_size) x "
-            f"{accumulate} (accumulate) x {world_size} (world size)",
+            f"{accumulate} (accumulate) x {world_size} {'process' if world_size == 1 else 'processes'}",
         ),
         ("optimizer steps", f"{built.total_steps:,} planned ({limits})"),
         *([("metrics", ", ".join(f"val/{name}" for name in config.metrics))] if config.metrics else []),

@@ -39,6 +39,7 @@ from runner.experiment.setup import (
 from runner.observe.console import to_log_file
 from runner.observe.hparams import HParamsRecord, hparams_of
 from runner.observe.records import record_split, write_run_record
+from runner.observe.sweep_hparams import refresh_sweep_experiment
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
 from runner.training.carried import NoCarriedState, carried_state_of
@@ -221,6 +222,9 @@ def train_in_this_process(
                 record_split(run_dir, parts.train_set, parts.val_set, parts.test_set)
                 record = HParamsRecord(run_dir, hparams_of(plain_config, seed))
                 record.start()  # a resume's replaces the interrupted run's
+                # A sweep job: the sweep's HParams columns, with its settings; again at its end, after
+                # jobs that started at the same time (parallel launchers) have written their records.
+                refresh_sweep_experiment(run_dir)
                 # Events past the checkpoint's step belong to the lost future of the interrupted run.
                 logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
             # Sharded checkpoints are written by every process; plain ones by rank 0.
@@ -235,6 +239,7 @@ def train_in_this_process(
             def record_end(state: TrainState) -> None:
                 if record is not None and state.stopped_by_signal is None:
                     record.end(ok=True)
+                    refresh_sweep_experiment(run_dir)
 
             run = Run(learner, schedule, loaders, settings, callbacks, logger, checkpointer)
             state, last, stop = run.to_the_end(state, record_end)
@@ -249,6 +254,7 @@ def train_in_this_process(
             raised = error.with_advice(resume_advice(error, last_good, run_dir))
         if record is not None:  # the run had started writing: its records say how it ended
             record.end(ok=False)
+            refresh_sweep_experiment(run_dir)
             if isinstance(raised, UserError):  # the console gets it in one line; train.log keeps it too
                 to_log_file(logging.ERROR, f"runner: error: {raised}")
         if raised is not error:

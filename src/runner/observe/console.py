@@ -107,6 +107,25 @@ def to_log_file(level: int, message: str) -> None:
             handler.handle(record)
 
 
+class OneLinePerJob(logging.Filter):
+    """For Hydra's launcher of jobs in this process: each job's start is runner's ``[job N] started``
+    line (the swept settings only), so Hydra's ``#N : <every override>`` line goes; and its "Launching
+    N jobs locally" is said once, not again before each trial of a search (launched one at a time)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.launched = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.lstrip().startswith("#") and " : " in message:
+            return False
+        if message.startswith("Launching "):
+            said, self.launched = self.launched, True
+            return not said
+        return True
+
+
 def job_started(overrides: str) -> None:
     """A sweep job's first console line: what it runs (the overrides it is swept with)."""
     log.info("started: %s", overrides, extra=ON_CONSOLE)

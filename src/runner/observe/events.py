@@ -7,6 +7,7 @@ run's start-up, before the first step. An event file is a sequence of TFRecords 
 """
 
 import struct
+from pathlib import Path
 
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
 from tensorboard.compat.proto.tensor_pb2 import TensorProto
@@ -61,3 +62,32 @@ def text_summary(tag: str, text: str) -> Summary:
         tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]),
     )
     return Summary(value=[Summary.Value(tag=f"{tag}/text_summary", metadata=metadata, tensor=tensor)])
+
+
+def read_records(data: bytes) -> list[bytes]:
+    """The whole TFRecords of an event file's bytes, in order; a torn last record (a write in progress)
+    is left out. Lengths are trusted only as far as the bytes go: the checksums are TensorBoard's job."""
+    records, at = [], 0
+    while at + 12 <= len(data):
+        (length,) = struct.unpack("<Q", data[at : at + 8])
+        end = at + 12 + length + 4
+        if end > len(data):
+            break
+        records.append(data[at + 12 : at + 12 + length])
+        at = end
+    return records
+
+
+def wall_time_span(path: Path) -> tuple[float, float] | None:
+    """The wall times of an event file's first and last events: while its process logged (one file
+    per process of a run, as runner writes them). ``None`` for a file without a whole event."""
+    try:
+        records = read_records(path.read_bytes())
+    except OSError:
+        return None
+    if not records:
+        return None
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    first, last = Event.FromString(records[0]), Event.FromString(records[-1])
+    return first.wall_time, last.wall_time

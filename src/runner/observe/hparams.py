@@ -5,7 +5,8 @@ No run writes an "experiment" record: with one, TensorBoard takes the columns of
 logdir from the one run that wrote it. Without one it builds the columns from all runs' records, and
 marks the keys whose values differ between them: the HParams tab lists those first (a sweep's swept
 keys, what differs between the runs under one logdir), the constants after them. Its metrics are the
-runs' own scalars (``val/loss``, ``val/loss_best``, ...): no one-point charts of their own.
+runs' own scalars (``val/loss``, ``val/loss_best``, ...): no one-point charts of their own. A sweep's
+directory holds one experiment record for its jobs (``sweep_hparams``): its tab opens on the objective.
 
 TensorBoard keeps the first record of a tag it reads in a run, reading a run's event files in the order
 of their names. The file's name sorts before every event file runner writes, so its record is the one
@@ -40,17 +41,24 @@ NOT_HPARAMS = {"resume"}
 
 
 def hparams_of(config: Mapping[str, Any], seed: int | None = None) -> dict[str, float | str | bool]:
-    """Every setting, flattened (``optimizer.lr``): numbers and booleans as they are, other values as
+    """Every setting, flattened (``optimizer.lr``): floats and booleans as they are, other values as
     the user would type them. ``seed``: the one the run uses (drawn when ``seed=null``). A setting that is
     null, or a number that is not finite, is left out: TensorBoard shows an empty cell, where a text
-    value would turn the whole column into text and its filter would hide the runs with a number."""
+    value would turn the whole column into text and its filter would hide the runs with a number.
+
+    Integers (``seed``, ``data.batch_size``, ``trainer.max_steps``) are text: TensorBoard prints every
+    number with five significant digits (``4.0000``, ``1.2346e+5``). A setting typed ``int`` is an
+    integer in every run, so its column is text in every run, filtered by its values."""
     hparams: dict[str, float | str | bool] = {}
     for key, value in flatten({**config, **({"seed": seed} if seed is not None else {})}).items():
         if key in NOT_HPARAMS or value is None:
             continue
         if isinstance(value, int | float) and not isinstance(value, bool) and not math.isfinite(value):
             continue
-        hparams[key] = value if isinstance(value, int | float | bool | str) else show(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            hparams[key] = str(value)
+        else:
+            hparams[key] = value if isinstance(value, float | bool | str) else show(value)
     return hparams
 
 
@@ -62,7 +70,7 @@ def _value(setting: float | str | bool) -> Value:
     return Value(string_value=setting)
 
 
-def _records(*summaries: tuple[str, plugin_data_pb2.HParamsPluginData], wall_time: float) -> bytes:
+def records(*summaries: tuple[str, plugin_data_pb2.HParamsPluginData], wall_time: float) -> bytes:
     events = []
     for tag, data in summaries:
         data.version = 0
@@ -100,11 +108,11 @@ class HParamsRecord:
         for name, setting in self.hparams.items():
             start.hparams[name].CopyFrom(_value(setting))
         version = tf_record(Event(wall_time=self.started, file_version="brain.Event:2").SerializeToString())
-        records = version + _records(
+        content = version + records(
             (START_TAG, plugin_data_pb2.HParamsPluginData(session_start_info=start)), wall_time=self.started
         )
         with writing(self.path):
-            atomic_write(self.path, lambda handle: handle.write(records))
+            atomic_write(self.path, lambda handle: handle.write(content))
 
     def end(self, ok: bool) -> None:
         """Appended, so a running TensorBoard reads it. The run's outcome is already decided: a refused
@@ -114,12 +122,12 @@ class HParamsRecord:
         self.ended = True
         status = api_pb2.STATUS_SUCCESS if ok else api_pb2.STATUS_FAILURE
         end = plugin_data_pb2.SessionEndInfo(status=status, end_time_secs=time.time())
-        records = _records(
+        content = records(
             (END_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end)), wall_time=time.time()
         )
         try:
             with writing(self.path), open(self.path, "ab") as handle:
-                handle.write(records)
+                handle.write(content)
                 handle.flush()
                 os.fsync(handle.fileno())
         except (WriteError, OSError) as error:

@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator, ScalarEvent
 
+from runner.observe.events import wall_time_span
+from runner.observe.hparams import HPARAMS_FILE
 from runner.observe.records import RESULT_FILE, best_tag
+from runner.observe.sweep_hparams import EXPERIMENT_FILE
 
 if TYPE_CHECKING:  # matplotlib is optional (the sweeps extra) and slow to import
     from matplotlib.axes import Axes
@@ -71,7 +74,8 @@ class Sweep:
 
 
 def has_events(directory: Path) -> bool:
-    return any(directory.glob("events.out.tfevents.*"))
+    """A run's event files; a sweep directory holds only the columns of its HParams tab."""
+    return any(path.name != EXPERIMENT_FILE for path in directory.glob("events.out.tfevents.*"))
 
 
 def find_runs(directory: Path) -> list[Path]:
@@ -215,6 +219,22 @@ def final_values(scalars: dict[str, list[ScalarEvent]], monitor: str) -> dict[st
     return {tag: scalars[tag][-1].value for tag in tags if scalars[tag]}
 
 
+def wall_seconds_of(job: JobFiles) -> float | None:
+    """The run's time over all its processes (a resumed run has one per start): ``result.json``'s for
+    the process that wrote it (the last), plus the logging time of each earlier process's event file.
+    The time between processes (stopped, waiting for a resume) is not the run's."""
+    spans = sorted(span for path in event_files(job.directory) if (span := wall_time_span(path)))
+    recorded = job.result.get("wall_seconds")
+    if not isinstance(recorded, int | float):
+        return sum(last - first for first, last in spans) if spans else None
+    return recorded + sum(last - first for first, last in spans[:-1])
+
+
+def event_files(run_dir: Path) -> list[Path]:
+    """A run's event files of scalars, one per process that logged (not its HParams record)."""
+    return [path for path in run_dir.glob("events.out.tfevents.*") if path.name != HPARAMS_FILE]
+
+
 def summarise_run(job: JobFiles, monitor: str, mode: str) -> RunSummary:
     curve = [(event.step, event.value) for event in job.scalars.get(monitor, [])]
     finite = [(step, value) for step, value in curve if math.isfinite(value)]
@@ -222,9 +242,7 @@ def summarise_run(job: JobFiles, monitor: str, mode: str) -> RunSummary:
     if finite:
         best_step, best = (min if mode == "min" else max)(finite, key=lambda point: point[1])
     all_events = [event for events in job.scalars.values() for event in events]
-    wall = job.result.get("wall_seconds")
-    if wall is None and all_events:
-        wall = max(e.wall_time for e in all_events) - min(e.wall_time for e in all_events)
+    wall = wall_seconds_of(job)
     return RunSummary(
         name=job.directory.name,
         overrides=job.overrides,

@@ -221,7 +221,9 @@ def validate(
     # HParams tab reads its last value), beside the curve it summarises. None until a finite one.
     best = {best_tag(settings.monitor): state.best_val} if state.best_val is not None else {}
     hooks.logger.log_scalars(state.step, {**state.last_val, **best})
-    progress.report(state.epoch, state.step, {"train/loss": state.last_train_loss, **state.last_val})
+    # The train loss of this step, or none: one logged steps before would read as this step's.
+    train_loss = state.last_train_loss if state.last_train_loss_step == state.step else None
+    progress.report(state.epoch, state.step, {"train/loss": train_loss, **state.last_val})
     context.metrics.update(state.last_val)
     if on_cadence:
         schedule.after_validation(state.last_val)
@@ -332,7 +334,7 @@ def fit(
                         scalars["perf/max_memory_allocated_gib"] = (
                             torch.cuda.max_memory_allocated(learner.device) / 2**30
                         )
-                    state.last_train_loss = scalars["train/loss"]
+                    state.last_train_loss, state.last_train_loss_step = scalars["train/loss"], state.step
                     hooks.logger.log_scalars(state.step, scalars)
                     progress.update(state.step, scalars)
                     context.metrics.update(scalars)
