@@ -93,6 +93,7 @@ def main_report(arguments: list[str]) -> None:
     if any(argument in HELP_FLAGS for argument in arguments):
         print(REPORT_HELP, end="")
         raise SystemExit(0)
+    from runner.checkpoint.durable import WriteError
     from runner.tools.report import write_summary
 
     if len(arguments) != 1:
@@ -111,6 +112,8 @@ def main_report(arguments: list[str]) -> None:
         write_summary(directory)
     except FileNotFoundError as error:
         exit_with(ConfigError(str(error)))
+    except WriteError as error:  # the runs' own files are only read
+        exit_with(error if error.advice else error.with_advice("free space or make it writable and rerun"))
     print((directory / "summary.md").read_text(), end="")
     print(f"wrote {directory / 'summary.csv'}, {directory / 'summary.md'}, {directory / 'summary.png'}")
 
