@@ -17,8 +17,10 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from runner.checkpoint.durable import NO_SPACE, REFUSED_WRITES, refused_write
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
+from runner.cli.undo import remove_new_run_dir
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import DataConfig, RunConfig
@@ -187,19 +189,34 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
         exit_with(ConfigError(composition_error(error)))
     except UserError as error:  # a sweeper's settings (jobs report their own errors)
         exit_with(error)
-    except OSError as error:
-        if started or error.filename is None:
+    except (OSError, ValueError) as error:  # Hydra writing its record, or opening the job's log file
+        refused = error if isinstance(error, OSError) else refused_write(error)
+        if started or refused is None or (refused.filename is None and refused.errno not in REFUSED_WRITES):
             raise
-        place = Path(error.filename)
-        reason = error.strerror
-        if place.is_symlink() and not place.exists():
-            reason = f"it is a link to {os.readlink(place)}, which does not exist"
-        exit_with(ConfigError(
-            f"cannot write {place}: {reason}; run from a folder where runner may write outputs/, or "
-            "choose one with hydra.run.dir=DIR (hydra.sweep.dir=DIR for sweeps)"
-        ))  # fmt: skip
+        exit_with(ConfigError(hydra_write_error(refused)))
     finally:
         restore_environment("HYDRA_FULL_ERROR", preset)
+
+
+def hydra_write_error(error: OSError) -> str:
+    """A write Hydra could not make before the task (its record, the log file) as one line; the run
+    directory it was making is removed if it holds only what Hydra wrote (a full disk leaves 0-byte
+    files there)."""
+    from runner.cli.hydra_start import planned_run_dir
+
+    output_dir = planned_run_dir[-1] if planned_run_dir else None
+    if output_dir is not None:
+        remove_new_run_dir(output_dir, keep=Path.cwd())
+    place = Path(error.filename) if error.filename is not None else output_dir or Path.cwd()
+    reason = error.strerror
+    if place.is_symlink() and not place.exists():
+        reason = f"it is a link to {os.readlink(place)}, which does not exist"
+    if error.errno in NO_SPACE:
+        advice = "free space, or choose another place with hydra.run.dir=DIR (hydra.sweep.dir=DIR for sweeps)"
+    else:
+        advice = ("run from a folder where runner may write outputs/, or choose one with hydra.run.dir=DIR "
+                  "(hydra.sweep.dir=DIR for sweeps)")  # fmt: skip
+    return f"cannot write {place}: {reason}; {advice}"
 
 
 def restore_environment(name: str, value: str | None) -> None:

@@ -216,6 +216,7 @@ def main_doctor(arguments: list[str]) -> None:
 
 
 def lr_find_task(cfg: DictConfig) -> None:
+    from runner.checkpoint.durable import WriteError
     from runner.tools.lr_find import find_lr, record
 
     config, prepared = task_setup(cfg, check_fit=True)
@@ -224,7 +225,14 @@ def lr_find_task(cfg: DictConfig) -> None:
         prepared.parts.model, optimizer_factory(config), prepared.parts.loss_fn, prepared.train_loader,
         prepared.device, prepared.precision, config.clip, target_key=config.data.target_key,
     )  # fmt: skip
-    plot = record(curve, run_dir)
+    try:
+        plot = record(curve, run_dir)
+    except WriteError as error:
+        for path in (error.path, run_dir / "lr_find.log"):  # nothing empty is left: an event file, the log
+            if path.is_file() and path.stat().st_size == 0:
+                path.unlink()
+        found = f"optimizer.lr={curve.suggestion:.3g} suggested" if curve.suggestion else "no suggestion"
+        exit_with(error.with_advice(f"the curve is not saved ({found}); free space and run lr_find again"))
     diverged = (
         f"the loss diverged at lr {curve.diverged_at:.3g}"
         if curve.diverged_at
