@@ -13,6 +13,7 @@ from typing import Any
 
 import hydra
 from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -20,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from runner.checkpoint.durable import NO_SPACE, REFUSED_WRITES, refused_write
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
+from runner.cli.hydra_start import check_folder_names, planned_run_dir
 from runner.cli.undo import remove_new_run_dir
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
 from runner.config.errors import ConfigError, UserError
@@ -33,6 +35,7 @@ def config_dir() -> Path:
 
 
 CONFIG_DIR = config_dir()
+OUTPUT_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")  # where Hydra writes
 # A few random characters after the timestamp: runs and sweeps started in the same second get
 # their own directories. Cached like Hydra's own ${now:}, so every job of a sweep sees one value.
 OmegaConf.register_new_resolver("unique_suffix", lambda: secrets.token_hex(2), use_cache=True, replace=True)
@@ -60,6 +63,8 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
                 f"{override.input_line}: a config group takes one of its options, not null; to turn a "
                 f"setting off, give its key (e.g. {key.replace('/', '.')}=null)"
             )
+        if key in OUTPUT_DIR_KEYS and isinstance(override.value(), str):
+            check_folder_names(f"{key}={override.value()}", override.value())
         if override.is_hydra_override():
             continue
         if override.is_delete():
@@ -73,6 +78,8 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
             raise ConfigError(f"{given}: {key} must name one of its options: {', '.join(options_of(key))}")
         if override.is_interval_sweep():
             values = [override.value().start, override.value().end]
+        elif override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            values = glob_options(override, command_line)
         elif override.is_sweep_override():
             values = list(override.sweep_iterator())
         else:
@@ -83,6 +90,23 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
             if options and isinstance(value, str) and value not in options:
                 raise ConfigError(f"{key}={value}: no such option; {key} is one of {', '.join(options)}")
     check_cfg_flag(command_line)
+
+
+def glob_options(override: Override, command_line: CommandLine) -> list[str]:
+    """The options of a config group that ``glob(...)`` picks (Hydra expands it only once it composes)."""
+    key = override.key_or_group
+    if key not in group_names():
+        raise ConfigError(
+            f"{override.input_line}: glob() picks options of a config group "
+            f"({', '.join(sorted(group_names()))}); {key} is a setting: list its values instead ({key}=A,B,C)"
+        )
+    chosen = override.value().filter(options_of(key, command_line))
+    if not chosen:
+        raise ConfigError(
+            f"{override.input_line}: matches none of the options of {key}: "
+            f"{', '.join(options_of(key, command_line))}"
+        )
+    return chosen
 
 
 def config_folders(command_line: CommandLine | None) -> list[Path]:
@@ -202,8 +226,6 @@ def hydra_write_error(error: OSError) -> str:
     """A write Hydra could not make before the task (its record, the log file) as one line; the run
     directory it was making is removed if it holds only what Hydra wrote (a full disk leaves 0-byte
     files there)."""
-    from runner.cli.hydra_start import planned_run_dir
-
     output_dir = planned_run_dir[-1] if planned_run_dir else None
     if output_dir is not None:
         remove_new_run_dir(output_dir, keep=Path.cwd())

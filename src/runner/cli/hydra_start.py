@@ -16,6 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 from runner.cli.exits import exit_with
 from runner.config.errors import ConfigError
 
+NAME_MAX, PATH_MAX = 255, 4096  # the longest folder name and path most file systems take (bytes)
 # The run directory Hydra is about to make (the last run started in this process).
 planned_run_dir: list[Path] = []
 # The submitit launchers' (local and Slurm) integer settings and the least each takes; unset (null)
@@ -24,15 +25,30 @@ SUBMITIT_MINIMUMS = {"timeout_min": 1, "nodes": 1, "tasks_per_node": 1, "cpus_pe
                      "gpus_per_node": 0, "mem_gb": 1}  # fmt: skip
 
 
+def check_folder_names(given: str, path: str) -> None:
+    """A run or sweep directory whose path the file system cannot hold (a folder name over 255 bytes)."""
+    for part in Path(path).parts:
+        if len(part.encode()) > NAME_MAX:
+            raise ConfigError(
+                f"{given[:60]}...: the folder name {part[:20]}... is {len(part.encode())} bytes long; file "
+                f"systems take names of at most {NAME_MAX} bytes"
+            )
+    if len(path.encode()) > PATH_MAX:
+        raise ConfigError(f"{given[:60]}...: the path is {len(path.encode())} bytes long; at most {PATH_MAX}")
+
+
 def resolved_dir(config: DictConfig, key: str) -> Path:
     """``hydra.run.dir`` or ``hydra.sweep.dir`` as Hydra will resolve it; one line if it cannot be."""
+    section, _, name = key.rpartition(".")
+    given = OmegaConf.to_container(OmegaConf.select(config, section), resolve=False)[name]
     try:
-        return Path(str(OmegaConf.select(config, key, throw_on_missing=True)))
+        resolved = str(OmegaConf.select(config, key, throw_on_missing=True))
+        check_folder_names(f"{key}={given}", resolved)
     except OmegaConfBaseException as error:
-        section, _, name = key.rpartition(".")
-        given = OmegaConf.to_container(OmegaConf.select(config, section), resolve=False)[name]
-        reason = str(error).splitlines()[0]
-        exit_with(ConfigError(f"{key}={given}: it cannot be resolved ({reason})"))
+        exit_with(ConfigError(f"{key}={given}: it cannot be resolved ({str(error).splitlines()[0]})"))
+    except ConfigError as error:
+        exit_with(error)
+    return Path(resolved)
 
 
 def check_launcher(launcher: Any) -> None:

@@ -147,11 +147,16 @@ def main_consolidate(arguments: list[str]) -> None:
     print(f"wrote {written} (from {folder})")
 
 
-def checked(arguments: list[str], flags: tuple[str, ...] = ()) -> CommandLine:
-    """The command line, parsed and checked (``flags``: the command's own, besides Hydra's); a mistake
-    exits with its one-line error."""
+def checked(command: str, arguments: list[str], flags: tuple[str, ...] = ()) -> CommandLine:
+    """``command``'s command line, parsed and checked (``flags``: the command's own, besides Hydra's); a
+    mistake exits with its one-line error. doctor and lr_find look at one configuration: no sweeps."""
     try:
         command_line = CommandLine.parse(arguments)
+        if command_line.sweep:
+            raise ConfigError(
+                f"{command} looks at one configuration, so it takes no -m/--multirun (sweeps are for "
+                f"train); run {command} once per setting"
+            )
         check_command_line(command_line, flags)
     except UserError as error:
         exit_with(error)
@@ -210,7 +215,7 @@ def doctor_task(cfg: DictConfig, as_json: bool) -> None:
 
 def main_doctor(arguments: list[str]) -> None:
     """``python -m runner doctor [overrides] [--json]``: builds what train would, writes nothing."""
-    command_line = checked(arguments, flags=("--json",))
+    command_line = checked("doctor", arguments, flags=("--json",))
     as_json = command_line.has_flag("--json")
     run_hydra(lambda cfg: doctor_task(cfg, as_json), command_line.without("--json").plus(*WRITE_NOTHING))
 
@@ -250,7 +255,7 @@ def lr_find_task(cfg: DictConfig) -> None:
 
 def main_lr_find(arguments: list[str]) -> None:
     """``python -m runner lr_find [overrides]``: curve and plot under outputs/lr_find/."""
-    command_line = checked(arguments)
+    command_line = checked("lr_find", arguments)
     if command_line.last("hydra.run.dir") is None:
         command_line = command_line.plus(LR_FIND_DIR)
     run_hydra(lr_find_task, command_line.plus("hydra.job.name=lr_find"))
