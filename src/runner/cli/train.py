@@ -51,11 +51,24 @@ def with_resume(command_line: CommandLine, trusted: set[str]) -> tuple[CommandLi
     from runner.checkpoint.locate import locate_checkpoint, original_overrides
 
     found = locate_checkpoint(value_text(request), Path.cwd() / "outputs")
+    check_writable(found.run_dir, value_text(request))
     original = original_overrides(found.run_dir)
     check_stored_overrides(original, command_line, found.run_dir, trusted)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     found = replace(found, reapplied=tuple(reapplied(command_line, original)))
     return resumed(command_line, str(found.path), str(found.run_dir), original, stamp), found
+
+
+def check_writable(run_dir: Path, request: str) -> None:
+    """A resume writes into the run directory (checkpoints, events, its log and Hydra's record): a
+    read-only one is refused before Hydra tries to open the log file there."""
+    places = [run_dir, *(run_dir / name for name in (".hydra", "checkpoints", "train.log", "run.yaml"))]
+    read_only = next((path for path in places if path.exists() and not os.access(path, os.W_OK)), None)
+    if read_only is not None:
+        raise ConfigError(
+            f"resume={request}: {read_only} is read-only, and a resume writes its checkpoints and logs into "
+            f"the run directory; make it writable (chmod -R u+w {run_dir}) or resume a copy of the run"
+        )
 
 
 def check_stored_overrides(
