@@ -2,7 +2,8 @@
 anything: the run or sweep directory must resolve (an unset environment variable in it is one line, not
 OmegaConf's traceback), and a launcher's settings must be ones it can run (joblib's ``n_jobs=0`` and
 submitit's ``timeout_min=-1`` are tracebacks from inside the launcher otherwise). It notes the directory
-a run is about to get, so that a write Hydra cannot make there (a full disk) removes what it left.
+a run is about to get, so that a write Hydra cannot make there (a full disk) removes what it left, and
+for a sweep whose jobs run in worker processes it takes the stop signals (``worker_stop``).
 
 Hydra turns an exception raised in a callback into a warning and goes on, so a refusal here exits."""
 
@@ -13,6 +14,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from runner.cli import worker_stop
 from runner.cli.exits import exit_with
 from runner.config.errors import ConfigError
 
@@ -72,5 +74,7 @@ class StartChecks(Callback):
         planned_run_dir[:] = [resolved_dir(config, "hydra.run.dir").absolute()]
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        resolved_dir(config, "hydra.sweep.dir")
+        sweep_dir = resolved_dir(config, "hydra.sweep.dir")
         check_launcher(config.hydra.launcher)
+        if "JoblibLauncher" in str(config.hydra.launcher.get("_target_", "")):
+            worker_stop.watch(sweep_dir)
