@@ -253,7 +253,10 @@ def train_task(
     task_overrides = OmegaConf.to_container(hydra_config.overrides.task, resolve=False)
     started = time.time()
     in_worker = in_sweep and jobs_in_workers(hydra_config)
-    sweep_stop = WORKER_SWEEP_STOP if in_worker else sweep_stop or SweepStop()
+    if in_worker:
+        WORKER_SWEEP_STOP.swept = sweep_stop.swept if sweep_stop else []
+        sweep_stop = WORKER_SWEEP_STOP
+    sweep_stop = sweep_stop or SweepStop()
     one_process = int(os.environ.get("WORLD_SIZE", 1)) == 1
     if in_sweep and (jobs_in_this_process(hydra_config) or in_worker) and one_process:
         sweep_stop.watch()
