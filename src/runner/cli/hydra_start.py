@@ -74,6 +74,7 @@ class StartChecks(Callback):
         planned_run_dir[:] = [resolved_dir(config, "hydra.run.dir").absolute()]
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        planned_run_dir.clear()  # a sweep's job directories are the launcher's to make
         sweep_dir = resolved_dir(config, "hydra.sweep.dir")
         check_launcher(config.hydra.launcher)
         if "JoblibLauncher" in str(config.hydra.launcher.get("_target_", "")):

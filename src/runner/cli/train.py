@@ -201,10 +201,13 @@ class SweepStop:
 
 def stopped_workers_report() -> NoReturn:
     """How a sweep whose jobs ran in worker processes ended when a signal stopped it."""
+    from runner.search import trials_not_run
+
     number = worker_stop.received[0]
+    not_run = "; ".join(["jobs not started", *trials_not_run])
     print(f"runner: the sweep was stopped by {signal.Signals(number).name}: the running jobs saved their "
-          "checkpoints; jobs not started were not run; the summary covers the jobs that ran; to continue the "
-          f"sweep, run the same command with hydra.sweep.dir={shown_path(worker_stop.sweep_dir[0])}",
+          f"checkpoints; not run: {not_run}; the summary covers the jobs that ran; to continue the sweep, "
+          f"run the same command with hydra.sweep.dir={shown_path(worker_stop.sweep_dir[0])}",
           file=sys.stderr)  # fmt: skip
     raise SystemExit(128 + number)
 

@@ -73,6 +73,7 @@ def handle(number: int, frame: FrameType | None) -> None:
 def watch(directory: Path) -> None:
     """From the start of a sweep whose jobs run in worker processes, in the sweep process."""
     sweep_dir[:] = [directory]
+    received.clear()
     _done.clear()
     for number in (signal.SIGTERM, signal.SIGINT):
         _previous[number] = signal.signal(number, handle)
