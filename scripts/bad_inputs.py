@@ -25,6 +25,7 @@ the expected one and it wrote nothing it should not have. The totals are for the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -95,6 +96,7 @@ def case(
 
 LAST = "run/checkpoints/last.pt"
 QUICK = "trainer.max_steps=3 trainer.max_epochs=null"  # for sweeps, so an accepted one ends soon
+UNSET = "${oc.env:RUNNER_BAD_INPUTS_UNSET}"  # an environment variable no one sets
 CASES: list[Case] = [
     # Override syntax.
     case("syntax-umlaut-device", "train device=cpü"),
@@ -403,6 +405,28 @@ CASES: list[Case] = [
     case("lr_find-val_fraction-1.5", "lr_find data.dataset.val_fraction=1.5"),
     case("lr_find-plus-foo", "lr_find +foo=1"),
     case("lr_find-model-target-nope", "lr_find model._target_=nope.nothing"),
+    # --- issue 25, part C: the last tracebacks of the second pass, and joblib/submitit settings ---
+    case("sweep-glob-on-a-setting", f"train -m {QUICK} optimizer.lr=glob(*)"),
+    case("sweep-glob-matches-nothing", f"train -m {QUICK} model=glob(zz*)"),
+    case("sweep-joblib-n_jobs-0", f"train -m {QUICK} seed=1,2 hydra/launcher=joblib hydra.launcher.n_jobs=0"),
+    case(
+        "sweep-submitit-timeout-negative",
+        f"train -m {QUICK} seed=1,2 hydra/launcher=submitit_local hydra.launcher.timeout_min=-1",
+    ),
+    case("sweep-dir-unset-env-var", f"train -m {QUICK} seed=1,2 hydra.sweep.dir=sweeps/{UNSET}"),
+    case("run-dir-unset-env-var", f"train {QUICK} hydra.run.dir=runs/{UNSET}"),
+    case("run-dir-300-character-name", f"train {QUICK} hydra.run.dir=runs/{'a' * 300}"),
+    case("sweep-subdir-300-character-name", f"train -m {QUICK} seed=1,2 hydra.sweep.subdir={'b' * 300}"),
+    case("doctor-multirun", "doctor -m"),
+    case("lr_find-multirun", "lr_find --multirun seed=1,2"),
+    case("report-deep-json", "report sweep", OK, ("deep_json_sweep",)),  # skipped with a warning
+    case("report-deep-yaml", "report sweep", OK, ("deep_yaml_sweep",)),
+    case("report-summary-csv-links-out", "report sweep", OK, ("linked_summary_sweep",)),
+    case("report-summary-csv-is-a-folder", "report sweep", needs=("folder_summary_sweep",)),
+    case("report-full-disk", "report sweep", needs=("full_sweep",)),
+    case("lr_find-full-disk", "lr_find", needs=("full_outputs",)),
+    case("resume-read-only-run-dir", "train resume=run trainer.max_steps=30", needs=("readonly_run",)),
+    # --- end of issue 25, part C ---
     # The command itself.
     case("cli-unknown-command", "fit"),
     case("cli-command-uppercase", "TRAIN"),
@@ -589,6 +613,73 @@ class Skip(Exception):
     """A fixture this machine cannot build; the case is reported as skipped."""
 
 
+# --- issue 25, part C: fixtures ---
+def small_sweep(dest: Path, ctx: Context) -> None:
+    """A sweep of two jobs, each the fixture run without its checkpoints (what report reads)."""
+    for job in ("0", "1"):
+        shutil.copytree(ctx.base_run, dest / job, ignore=shutil.ignore_patterns("checkpoints"))
+
+
+def damaged_sweep(name: str, content: str) -> Callable[[Path, Context], None]:
+    def build(dest: Path, ctx: Context) -> None:
+        small_sweep(dest, ctx)
+        (dest / "1" / name).write_text(content)
+
+    return build
+
+
+def linked_summary_sweep(dest: Path, ctx: Context) -> None:
+    small_sweep(dest, ctx)
+    (dest.parent / "elsewhere.csv").write_text("not the sweep's\n")
+    (dest / "summary.csv").symlink_to(dest.parent / "elsewhere.csv")
+
+
+def folder_summary_sweep(dest: Path, ctx: Context) -> None:
+    small_sweep(dest, ctx)
+    (dest / "summary.csv").mkdir()
+
+
+def filled_tmpfs(dest: Path, build: Callable[[Path, Context], None] | None = None) -> Callable:
+    """A 1 MiB tmpfs at ``dest`` (with what ``build`` puts there), then filled up to the last byte."""
+
+    def fixture(dest: Path, ctx: Context) -> None:
+        full_disk_of(dest, "1m")
+        if build is not None:
+            build(dest, ctx)
+        with open(dest / "filler", "wb") as handle, contextlib.suppress(OSError):
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+
+    return fixture
+
+
+def full_disk_of(dest: Path, size: str) -> None:
+    dest.mkdir(exist_ok=True)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(dest)]
+    if os.geteuid() != 0 or subprocess.run(mount, capture_output=True).returncode != 0:
+        raise Skip(f"cannot mount a {size} tmpfs here")
+
+
+def readonly_run(dest: Path, ctx: Context) -> None:
+    copy_run(dest, ctx)
+    for path in [dest, *dest.rglob("*")]:
+        path.chmod(path.stat().st_mode & ~0o222)
+
+
+ISSUE_25C_FIXTURES: dict[str, tuple[str, Callable[[Path, Context], None]]] = {
+    "deep_json_sweep": ("sweep", damaged_sweep("result.json", "[" * 100_000 + "]" * 100_000)),
+    "deep_yaml_sweep": ("sweep", damaged_sweep(".hydra/overrides.yaml", "[" * 100_000 + "]" * 100_000)),
+    "linked_summary_sweep": ("sweep", linked_summary_sweep),
+    "folder_summary_sweep": ("sweep", folder_summary_sweep),
+    "full_sweep": ("sweep", filled_tmpfs(Path("sweep"), small_sweep)),
+    "full_outputs": ("outputs", filled_tmpfs(Path("outputs"))),
+    "readonly_run": ("run", readonly_run),
+}
+MOUNTED_FIXTURES = {"full_disk", "full_sweep", "full_outputs"}
+# --- end of issue 25, part C: fixtures ---
+
+
 # name -> (where it goes in the working directory, builder)
 FIXTURES: dict[str, tuple[str, Callable[[Path, Context], None]]] = {
     "run": ("run", copy_run),
@@ -623,8 +714,9 @@ FIXTURES: dict[str, tuple[str, Callable[[Path, Context], None]]] = {
     "dangling_outputs": ("outputs", lambda dest, ctx: dest.symlink_to(dest.parent / "gone" / "outputs")),
     "outputs_file": ("outputs", lambda dest, ctx: dest.write_text("a file where outputs/ should be\n")),
     "full_disk": ("outputs", full_disk),
+    **ISSUE_25C_FIXTURES,
 }
-UNPRIVILEGED_FIXTURES = {"readonly_outputs", "unwritable_cwd"}
+UNPRIVILEGED_FIXTURES = {"readonly_outputs", "unwritable_cwd", "readonly_run"}
 
 
 # ---- issue 25, part A: no config read from a file runs code (helper t25a) ----------------------------
@@ -824,7 +916,7 @@ def run_case(case: Case, root: Path, base_run: Path, timeout: float) -> Result:
                 where, build = FIXTURES[name]
                 (cwd / where).parent.mkdir(parents=True, exist_ok=True)
                 build(cwd / where, ctx)
-                mounted = cwd / where if name == "full_disk" else mounted
+                mounted = cwd / where if name in MOUNTED_FIXTURES else mounted
                 if name in UNPRIVILEGED_FIXTURES and os.geteuid() == 0 and shutil.which("setpriv"):
                     prefix = UNPRIVILEGED
         except Skip as skip:
@@ -859,6 +951,8 @@ def run_case(case: Case, root: Path, base_run: Path, timeout: float) -> Result:
         for folder in (cwd, cwd / "outputs"):
             if folder.is_dir() and not folder.is_symlink():
                 folder.chmod(0o755)
+        for path in (cwd / "run").rglob("*") if "readonly_run" in case.needs else ():  # so it can be removed
+            path.chmod(path.stat().st_mode | 0o200)
 
 
 def build_base_run(root: Path, timeout: float) -> Path:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import optuna
 import pytest
@@ -300,6 +301,54 @@ def untouched(job_dir):
 SLOW = ("data.dataset._target_=slow_data.slow_classification", "+data.dataset.seconds_per_item=0.002",
         "checkpoint.every_n_steps=1", "trainer.max_steps=60", "trainer.val_every_n_steps=10")  # fmt: skip
 PLUGINS = {"PYTHONPATH": str(REPO / "tests" / "plugins") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def left_behind(session: int) -> tuple[list[str], list[str]]:
+    """The live processes of a session (zombies are the init process's to reap), and what joblib and its
+    loky workers of the session's leader left in /dev/shm."""
+    processes = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":
+            processes.append(stat.parent.name)
+    shm = Path("/dev/shm")
+    leftovers = [p.name for p in shm.iterdir() if f"_{session}_" in p.name or f"-{session}-" in p.name]
+    return processes, leftovers if shm.is_dir() else []
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="telling the workers needs Linux's /proc")
+def test_sigterm_stops_a_joblib_sweep_cleanly(tmp_path):
+    """The sweep process passes the signal on to its workers: the running jobs save and stop, the job
+    not started is not run, the summary is written, exit 143; no worker is left running, nothing is
+    left in /dev/shm."""
+    sweep = tmp_path / "sweep"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runner", "train", "-m", *TINY, "trainer.max_steps=400", *SLOW[:3],
+         "seed=1,2,3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **PLUGINS},
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(sweep.glob("*/checkpoints/step_*.pt")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    assert "Traceback" not in err
+    assert "runner: the sweep was stopped by SIGTERM: the running jobs saved their checkpoints" in err
+    assert "run the same command with hydra.sweep.dir=sweep" in err  # as the working directory sees it
+    assert sorted(path.name for path in sweep.iterdir() if path.is_dir()) == ["0", "1"]  # job 2 not run
+    assert [row["status"] for row in summary_rows(sweep)] == ["incomplete", "incomplete"]
+    for job in ("0", "1"):
+        assert (sweep / job / "checkpoints" / "last.pt").is_file()
+    deadline = time.monotonic() + 30
+    while left_behind(process.pid) != ([], []):
+        assert time.monotonic() < deadline, left_behind(process.pid)
+        time.sleep(0.2)
 
 
 def test_a_stopped_grid_sweep_continues_with_the_same_command(tmp_path):

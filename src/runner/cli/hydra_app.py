@@ -15,12 +15,16 @@ from typing import Any
 
 import hydra
 from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from runner.checkpoint.durable import NO_SPACE, REFUSED_WRITES, refused_write
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
+from runner.cli.hydra_start import check_folder_names, planned_run_dir
+from runner.cli.undo import remove_new_run_dir
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import DataConfig, RunConfig
@@ -34,6 +38,7 @@ def config_dir() -> Path:
 
 
 CONFIG_DIR = config_dir()
+OUTPUT_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")  # where Hydra writes
 # A few random characters after the timestamp: runs and sweeps started in the same second get
 # their own directories. Cached like Hydra's own ${now:}, so every job of a sweep sees one value.
 OmegaConf.register_new_resolver("unique_suffix", lambda: secrets.token_hex(2), use_cache=True, replace=True)
@@ -81,6 +86,8 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
                 f"{override.input_line}: a config group takes one of its options, not null; to turn a "
                 f"setting off, give its key (e.g. {key.replace('/', '.')}=null)"
             )
+        if key in OUTPUT_DIR_KEYS and isinstance(override.value(), str):
+            check_folder_names(f"{key}={override.value()}", override.value())
         if override.is_hydra_override():
             continue
         if override.is_delete():
@@ -94,6 +101,8 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
             raise ConfigError(f"{given}: {key} must name one of its options: {', '.join(options_of(key))}")
         if override.is_interval_sweep():
             values = [override.value().start, override.value().end]
+        elif override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            values = glob_options(override, command_line)
         elif override.is_sweep_override():
             values = list(override.sweep_iterator())
         else:
@@ -104,6 +113,23 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
             if options and isinstance(value, str) and value not in options:
                 raise ConfigError(f"{key}={value}: no such option; {key} is one of {', '.join(options)}")
     check_cfg_flag(command_line)
+
+
+def glob_options(override: Override, command_line: CommandLine) -> list[str]:
+    """The options of a config group that ``glob(...)`` picks (Hydra expands it only once it composes)."""
+    key = override.key_or_group
+    if key not in group_names():
+        raise ConfigError(
+            f"{override.input_line}: glob() picks options of a config group "
+            f"({', '.join(sorted(group_names()))}); {key} is a setting: list its values instead ({key}=A,B,C)"
+        )
+    chosen = override.value().filter(options_of(key, command_line))
+    if not chosen:
+        raise ConfigError(
+            f"{override.input_line}: matches none of the options of {key}: "
+            f"{', '.join(options_of(key, command_line))}"
+        )
+    return chosen
 
 
 def config_folders(command_line: CommandLine | None) -> list[Path]:
@@ -214,17 +240,11 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
         exit_with(ConfigError(composition_error(error)))
     except UserError as error:  # a sweeper's settings (jobs report their own errors)
         exit_with(error)
-    except OSError as error:
-        if started or error.filename is None:
+    except (OSError, ValueError) as error:  # Hydra writing its record, or opening the job's log file
+        refused = error if isinstance(error, OSError) else refused_write(error)
+        if started or refused is None or (refused.filename is None and refused.errno not in REFUSED_WRITES):
             raise
-        place = Path(error.filename)
-        reason = error.strerror
-        if place.is_symlink() and not place.exists():
-            reason = f"it is a link to {os.readlink(place)}, which does not exist"
-        exit_with(ConfigError(
-            f"cannot write {place}: {reason}; run from a folder where runner may write outputs/, or "
-            "choose one with hydra.run.dir=DIR (hydra.sweep.dir=DIR for sweeps)"
-        ))  # fmt: skip
+        exit_with(ConfigError(hydra_write_error(refused)))
     finally:
         logging.getLogger(BASIC_LAUNCHER_LOG).removeFilter(one_line_per_job)
         restore_environment("HYDRA_FULL_ERROR", preset)
@@ -250,6 +270,25 @@ def help_without_schemas(main: Callable[[], Any]) -> Any:
         sys.stdout.write(
             "".join(listed(line.rstrip("\n")) + "\n" for line in printed.getvalue().splitlines(True))
         )
+
+
+def hydra_write_error(error: OSError) -> str:
+    """A write Hydra could not make before the task (its record, the log file) as one line; the run
+    directory it was making is removed if it holds only what Hydra wrote (a full disk leaves 0-byte
+    files there)."""
+    output_dir = planned_run_dir[-1] if planned_run_dir else None
+    if output_dir is not None:
+        remove_new_run_dir(output_dir, keep=Path.cwd())
+    place = Path(error.filename) if error.filename is not None else output_dir or Path.cwd()
+    reason = error.strerror
+    if place.is_symlink() and not place.exists():
+        reason = f"it is a link to {os.readlink(place)}, which does not exist"
+    if error.errno in NO_SPACE:
+        advice = "free space, or choose another place with hydra.run.dir=DIR (hydra.sweep.dir=DIR for sweeps)"
+    else:
+        advice = ("run from a folder where runner may write outputs/, or choose one with hydra.run.dir=DIR "
+                  "(hydra.sweep.dir=DIR for sweeps)")  # fmt: skip
+    return f"cannot write {place}: {reason}; {advice}"
 
 
 def restore_environment(name: str, value: str | None) -> None:

@@ -9,6 +9,8 @@ from hydra.core.utils import configure_log
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from runner.cli.exits import exit_with
+
 log = logging.getLogger("runner")
 
 
@@ -17,6 +19,7 @@ class SweepSummary(Callback):
     exits non-zero if any job failed (after every job has run)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from runner.checkpoint.durable import WriteError
         from runner.tools.report import write_summary  # only now: its TensorBoard reader is slow to import
 
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -24,7 +27,11 @@ class SweepSummary(Callback):
             return
         # The sweep's logging again: the last job's (its train.log among its handlers) is still set.
         configure_log(config.hydra.hydra_logging, config.hydra.verbose)
-        runs = write_summary(sweep_dir)
+        try:
+            runs = write_summary(sweep_dir)
+        except WriteError as error:  # the jobs' own files are kept; report rebuilds the summary later
+            exit_with(error.with_advice(f"the jobs' files are kept; free space and run: python -m runner "
+                                        f"report {sweep_dir}"))  # fmt: skip
         log.info("sweep summary (%s):\n%s", sweep_dir / "summary.md", (sweep_dir / "summary.md").read_text())
         failed = [run.name for run in runs if run.status == "failed"]
         if failed:

@@ -98,6 +98,7 @@ def main_report(arguments: list[str]) -> None:
     if any(argument in HELP_FLAGS for argument in arguments):
         print(REPORT_HELP, end="")
         raise SystemExit(0)
+    from runner.checkpoint.durable import WriteError
     from runner.tools.report import write_summary
 
     if len(arguments) != 1:
@@ -116,6 +117,8 @@ def main_report(arguments: list[str]) -> None:
         write_summary(directory)
     except FileNotFoundError as error:
         exit_with(ConfigError(str(error)))
+    except WriteError as error:  # the runs' own files are only read
+        exit_with(error if error.advice else error.with_advice("free space or make it writable and rerun"))
     print((directory / "summary.md").read_text(), end="")
     print(f"wrote {directory / 'summary.csv'}, {directory / 'summary.md'}, {directory / 'summary.png'}")
 
@@ -149,11 +152,16 @@ def main_consolidate(arguments: list[str]) -> None:
     print(f"wrote {written} (from {folder})")
 
 
-def checked(arguments: list[str], flags: tuple[str, ...] = ()) -> CommandLine:
-    """The command line, parsed and checked (``flags``: the command's own, besides Hydra's); a mistake
-    exits with its one-line error."""
+def checked(command: str, arguments: list[str], flags: tuple[str, ...] = ()) -> CommandLine:
+    """``command``'s command line, parsed and checked (``flags``: the command's own, besides Hydra's); a
+    mistake exits with its one-line error. doctor and lr_find look at one configuration: no sweeps."""
     try:
         command_line = CommandLine.parse(arguments)
+        if command_line.sweep:
+            raise ConfigError(
+                f"{command} looks at one configuration, so it takes no -m/--multirun (sweeps are for "
+                f"train); run {command} once per setting"
+            )
         check_command_line(command_line, flags)
     except UserError as error:
         exit_with(error)
@@ -212,12 +220,13 @@ def doctor_task(cfg: DictConfig, as_json: bool) -> None:
 
 def main_doctor(arguments: list[str]) -> None:
     """``python -m runner doctor [overrides] [--json]``: builds what train would, writes nothing."""
-    command_line = checked(arguments, flags=("--json",))
+    command_line = checked("doctor", arguments, flags=("--json",))
     as_json = command_line.has_flag("--json")
     run_hydra(lambda cfg: doctor_task(cfg, as_json), command_line.without("--json").plus(*WRITE_NOTHING))
 
 
 def lr_find_task(cfg: DictConfig) -> None:
+    from runner.checkpoint.durable import WriteError
     from runner.tools.lr_find import find_lr, record
 
     config, prepared = task_setup(cfg, check_fit=True)
@@ -226,7 +235,14 @@ def lr_find_task(cfg: DictConfig) -> None:
         prepared.parts.model, optimizer_factory(config), prepared.parts.loss_fn, prepared.train_loader,
         prepared.device, prepared.precision, config.clip, target_key=config.data.target_key,
     )  # fmt: skip
-    plot = record(curve, run_dir)
+    try:
+        plot = record(curve, run_dir)
+    except WriteError as error:
+        for path in (error.path, run_dir / "lr_find.log"):  # nothing empty is left: an event file, the log
+            if path.is_file() and path.stat().st_size == 0:
+                path.unlink()
+        found = f"optimizer.lr={curve.suggestion:.3g} suggested" if curve.suggestion else "no suggestion"
+        exit_with(error.with_advice(f"the curve is not saved ({found}); free space and run lr_find again"))
     diverged = (
         f"the loss diverged at lr {curve.diverged_at:.3g}"
         if curve.diverged_at
@@ -244,7 +260,7 @@ def lr_find_task(cfg: DictConfig) -> None:
 
 def main_lr_find(arguments: list[str]) -> None:
     """``python -m runner lr_find [overrides]``: curve and plot under outputs/lr_find/."""
-    command_line = checked(arguments)
+    command_line = checked("lr_find", arguments)
     if command_line.last("hydra.run.dir") is None:
         command_line = command_line.plus(LR_FIND_DIR)
     run_hydra(lr_find_task, command_line.plus("hydra.job.name=lr_find"))

@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from runner.cli import worker_stop
 from runner.cli.arguments import CommandLine, for_rank, parse_overrides, reapplied, resumed, value_text
 from runner.cli.exits import exit_with
 from runner.cli.hydra_app import check_command_line, options_of, run_hydra, trusted_targets
@@ -51,11 +52,24 @@ def with_resume(command_line: CommandLine, trusted: set[str]) -> tuple[CommandLi
     from runner.checkpoint.locate import locate_checkpoint, original_overrides
 
     found = locate_checkpoint(value_text(request), Path.cwd() / "outputs")
+    check_writable(found.run_dir, value_text(request))
     original = original_overrides(found.run_dir)
     check_stored_overrides(original, command_line, found.run_dir, trusted)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     found = replace(found, reapplied=tuple(reapplied(command_line, original)))
     return resumed(command_line, str(found.path), str(found.run_dir), original, stamp), found
+
+
+def check_writable(run_dir: Path, request: str) -> None:
+    """A resume writes into the run directory (checkpoints, events, its log and Hydra's record): a
+    read-only one is refused before Hydra tries to open the log file there."""
+    places = [run_dir, *(run_dir / name for name in (".hydra", "checkpoints", "train.log", "run.yaml"))]
+    read_only = next((path for path in places if path.exists() and not os.access(path, os.W_OK)), None)
+    if read_only is not None:
+        raise ConfigError(
+            f"resume={request}: {read_only} is read-only, and a resume writes its checkpoints and logs into "
+            f"the run directory; make it writable (chmod -R u+w {run_dir}) or resume a copy of the run"
+        )
 
 
 def check_stored_overrides(
@@ -139,7 +153,7 @@ class SweepStop:
         number = error.code - 128 if isinstance(error.code, int) else None
         if (
             number not in (signal.SIGTERM, signal.SIGINT)
-            or not jobs_in_this_process(hydra_config)
+            or not (jobs_in_this_process(hydra_config) or jobs_in_workers(hydra_config))
             or in_submitit_job()
         ):
             return False
@@ -193,10 +207,33 @@ class SweepStop:
         raise SystemExit(128 + self.signal_number)
 
 
+def stopped_workers_report() -> NoReturn:
+    """How a sweep whose jobs ran in worker processes ended when a signal stopped it."""
+    from runner.search import trials_not_run
+
+    number = worker_stop.received[0]
+    not_run = "; ".join(["jobs not started", *trials_not_run])
+    print(f"runner: the sweep was stopped by {signal.Signals(number).name}: the running jobs saved their "
+          f"checkpoints; not run: {not_run}; the summary covers the jobs that ran; to continue the sweep, "
+          f"run the same command with hydra.sweep.dir={shown_path(worker_stop.sweep_dir[0])}",
+          file=sys.stderr)  # fmt: skip
+    raise SystemExit(128 + number)
+
+
 def jobs_in_this_process(hydra_config: Any) -> bool:
     """Whether the sweep's launcher runs its jobs one after another in this process (Hydra's basic
     launcher): then a job may draw a progress bar."""
     return "BasicLauncher" in str(hydra_config.launcher.get("_target_", ""))
+
+
+def jobs_in_workers(hydra_config: Any) -> bool:
+    """Whether the sweep's jobs run in worker processes of the sweep process (the joblib launcher)."""
+    return "JoblibLauncher" in str(hydra_config.launcher.get("_target_", ""))
+
+
+# In a joblib worker: its jobs' SweepStop (each job gets its own copy of the task's), so that a worker a
+# stopped sweep told runs none of its later jobs.
+WORKER_SWEEP_STOP = SweepStop()
 
 
 def swept_overrides(task_overrides: list[str], swept: list[str], sweeper: Any) -> str:
@@ -226,8 +263,13 @@ def train_task(
     # As written: an override may hold an interpolation that typed_config() names if it fails.
     task_overrides = OmegaConf.to_container(hydra_config.overrides.task, resolve=False)
     started = time.time()
+    in_worker = in_sweep and jobs_in_workers(hydra_config)
+    if in_worker:
+        WORKER_SWEEP_STOP.swept = sweep_stop.swept if sweep_stop else []
+        sweep_stop = WORKER_SWEEP_STOP
     sweep_stop = sweep_stop or SweepStop()
-    if in_sweep and jobs_in_this_process(hydra_config) and int(os.environ.get("WORLD_SIZE", 1)) == 1:
+    one_process = int(os.environ.get("WORLD_SIZE", 1)) == 1
+    if in_sweep and (jobs_in_this_process(hydra_config) or in_worker) and one_process:
         sweep_stop.watch()
     if in_sweep and sweep_stop.signal_number is not None:
         sweep_stop.skip(hydra_config.job.num, task_overrides)
@@ -440,14 +482,17 @@ def main_train(arguments: list[str]) -> None:
     try:
         run_hydra(lambda cfg: train_task(cfg, found, before, sweep_stop, trusted, before_jobs), command_line)
     except SystemExit as error:
-        if sweep_stop.signal_number is None:
+        if sweep_stop.signal_number is None and not worker_stop.received:
             raise
         exit_code = error.code
     finally:
         sweep_stop.unwatch()
+        worker_stop.unwatch()
         if distributed:
             from runner.training.distributed import stop_process_group
 
             stop_process_group()
     if sweep_stop.signal_number is not None:
         sweep_stop.report(exit_code)
+    if worker_stop.received:
+        stopped_workers_report()

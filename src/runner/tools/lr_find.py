@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from runner.checkpoint.durable import atomic_write, writing
 from runner.observe.writer import TensorBoardLogger
 from runner.training.precision import Precision
 from runner.training.step import Learner, train_step
@@ -83,7 +84,8 @@ def suggest(lrs: list[float], losses: list[float]) -> float | None:
 
 def record(curve: LrCurve, run_dir: Path) -> Path | None:
     """The curve to TensorBoard (``lr_find/loss`` against step, ``lr_find/lr``) and, where matplotlib is
-    installed, as a PNG plot (its path is returned)."""
+    installed, as a PNG plot (its path is returned). A write the machine refuses (a full disk) is a
+    ``WriteError``."""
     logger = TensorBoardLogger(run_dir)
     for step, (lr, loss) in enumerate(zip(curve.lrs, curve.losses, strict=True), start=1):
         logger.log_scalars(step, {"lr_find/loss": loss, "lr_find/lr": lr})
@@ -115,6 +117,9 @@ def record(curve: LrCurve, run_dir: Path) -> Path | None:
     axes.set_title("learning-rate range test")
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    try:  # whole or not at all: a full disk leaves no 0-byte or half plot
+        with writing(path):
+            atomic_write(path, lambda handle: figure.savefig(handle, format="png", dpi=100))
+    finally:
+        plt.close(figure)
     return path

@@ -5,6 +5,8 @@ A sweep's table and plot name each job by its swept settings only (the overrides
 between jobs); what every job shares is said once above the table."""
 
 import csv
+import errno
+import io
 import json
 import logging
 import math
@@ -13,11 +15,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator, ScalarEvent
 
+from runner.checkpoint.durable import WriteError, atomic_write, writing
 from runner.observe.events import wall_time_span
 from runner.observe.hparams import HPARAMS_FILE
 from runner.observe.records import RESULT_FILE, best_tag
@@ -96,6 +99,9 @@ def read_yaml(path: Path, kind: type) -> Any:
         return None
     try:
         content = yaml.safe_load(path.read_text())
+    except RecursionError:  # lists or mappings nested thousands deep: no record runner writes
+        print(f"runner: warning: skipping {path}: it is nested too deeply", file=sys.stderr)
+        return None
     except (OSError, ValueError, yaml.YAMLError) as error:
         print(f"runner: warning: skipping {path}: {str(error).splitlines()[0]}", file=sys.stderr)
         return None
@@ -114,6 +120,9 @@ def read_result(path: Path) -> dict[str, Any]:
         result = json.loads(path.read_text())
         if not isinstance(result, dict):
             raise ValueError(f"it holds a JSON {type(result).__name__}, not an object")
+    except RecursionError:  # arrays or objects nested thousands deep: no record runner writes
+        print(f"runner: warning: skipping {path}: it is nested too deeply", file=sys.stderr)
+        return {}
     except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         empty = isinstance(error, json.JSONDecodeError) and not error.doc.strip()
         print(f"runner: warning: skipping {path}: {'it is empty' if empty else error}", file=sys.stderr)
@@ -376,13 +385,24 @@ def status_text(run: RunSummary) -> str:
     return f"pruned at step {run.pruned_at}" if run.pruned_at is not None else run.status
 
 
-def write_csv(path: Path, runs: list[RunSummary], table: list[Column]) -> None:
+def csv_text(runs: list[RunSummary], table: list[Column]) -> str:
     """The table for programs: plain column names, values to full precision, Unix line ends, a final
     newline."""
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow([column.csv for column in table])
-        writer.writerows([_exact(column.value(run)) for column in table] for run in runs)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([column.csv for column in table])
+    writer.writerows([_exact(column.value(run)) for column in table] for run in runs)
+    return buffer.getvalue()
+
+
+def write_whole(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """A summary file replaced whole (``durable.atomic_write``): a full disk leaves the old file, never
+    an empty or half one. The new file is renamed over the name, so a ``summary.csv`` that is a link
+    is replaced by the file; what the link pointed to, perhaps outside the sweep, is left alone."""
+    if path.is_dir() and not path.is_symlink():
+        raise WriteError(path, errno.EISDIR, "move that folder away: the summary is written under its name")
+    with writing(path):
+        atomic_write(path, write)
 
 
 def markdown(sweep: Sweep, table: list[Column]) -> str:
@@ -427,11 +447,12 @@ def summarise(directory: Path) -> Sweep:
 
 
 def write_summary(directory: Path) -> list[RunSummary]:
-    """``summary.csv``, ``summary.md`` and ``summary.png`` in ``directory``; returns the ranked runs."""
+    """``summary.csv``, ``summary.md`` and ``summary.png`` in ``directory``; returns the ranked runs. A
+    write the machine refuses (a full disk, a read-only folder) is a ``WriteError`` naming the file."""
     sweep = summarise(directory)
     table = columns(sweep)
-    write_csv(directory / "summary.csv", sweep.runs, table)
-    (directory / "summary.md").write_text(markdown(sweep, table))
+    write_whole(directory / "summary.csv", lambda handle: handle.write(csv_text(sweep.runs, table).encode()))
+    write_whole(directory / "summary.md", lambda handle: handle.write(markdown(sweep, table).encode()))
     plot_curves(directory / "summary.png", sweep)
     return sweep.runs
 
@@ -496,8 +517,10 @@ def plot_curves(path: Path, sweep: Sweep) -> None:
     import matplotlib.pyplot as plt
 
     figure = draw_curves(sweep)
-    figure.savefig(path, dpi=110, bbox_inches="tight")  # tight: the image grows to hold the legend
-    plt.close(figure)
+    try:  # tight: the image grows to hold the legend
+        write_whole(path, lambda handle: figure.savefig(handle, format="png", dpi=110, bbox_inches="tight"))
+    finally:
+        plt.close(figure)
 
 
 def draw_curves(sweep: Sweep) -> "Figure":
