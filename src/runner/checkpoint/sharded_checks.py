@@ -121,6 +121,8 @@ def check_metadata(folder: Path, record: Mapping[str, Any]) -> None:
 
     try:
         check_index(metadata, record, sizes, folder)
+    except CheckpointError:  # a ValueError too
+        raise
     except (AttributeError, TypeError, ValueError) as error:  # forged objects of the index's classes
         raise index_damaged(folder, f"is malformed ({type(error).__name__})") from None
 
