@@ -165,3 +165,26 @@ def test_a_stray_submitit_executor_is_not_a_job_and_does_not_resume(tmp_path, mo
     monkeypatch.setenv("SUBMITIT_FOLDER", str(tmp_path / "submitit"))
     assert in_submitit_job()
     assert checkpoint_to_resume(composed(*TINY), run_dir, None).checkpoint["global_step"] == 4
+
+
+@pytest.mark.slow
+def test_eval_of_a_checkpoint_asking_for_too_many_workers_uses_what_this_machine_takes(
+    tmp_path, finished_run
+):
+    """A checkpoint (from a larger machine, or forged) with data.num_workers=100000: eval has no setting
+    for it and forks no more workers than the training limit (4 per CPU); its metrics do not change."""
+    from runner.checkpoint.files import atomic_save, load_checkpoint
+
+    checkpoint = load_checkpoint(finished_run / "checkpoints" / "last.pt")
+    checkpoint["config"]["data"]["num_workers"] = 100000
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    atomic_save(checkpoint, run_dir / "checkpoints" / "last.pt")
+    asked = run_cli("eval", f"ckpt={run_dir / 'checkpoints' / 'last.pt'}", cwd=tmp_path)
+    plain = run_cli("eval", f"ckpt={finished_run / 'checkpoints' / 'last.pt'}", cwd=tmp_path)
+    assert asked.returncode == 0 and plain.returncode == 0, asked.stderr + plain.stderr
+
+    def metrics(result: subprocess.CompletedProcess) -> list[str]:  # the line less the checkpoint's path
+        return [line.split(" step ", 1)[1] for line in result.stdout.splitlines() if "val/loss" in line]
+
+    assert metrics(asked) and metrics(asked) == metrics(plain)

@@ -215,12 +215,17 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+def worker_limit() -> int:
+    """The most loader workers a run here may start: each is a process."""
+    return WORKERS_PER_CPU * usable_cpus()
+
+
 def check_num_workers(num_workers: int) -> None:
-    """Each loader worker is a process: more than a few per CPU only slows the run, and a huge number
-    forks until the machine stops. Checked here, on the machine that runs, not with the config (a
-    checkpoint's config from a larger machine still resumes, with a smaller ``data.num_workers``)."""
+    """More than a few loader workers per CPU only slows the run, and a huge number forks until the
+    machine stops. Checked here, on the machine that runs, not with the config (a checkpoint's config
+    from a larger machine still resumes, with a smaller ``data.num_workers``)."""
     cpus = usable_cpus()
-    limit = WORKERS_PER_CPU * cpus
+    limit = worker_limit()
     if num_workers > limit:
         raise ConfigError(
             f"data.num_workers={num_workers} is not allowed; data.num_workers must be an integer in "
