@@ -61,6 +61,12 @@ CASES = {
         "run already holds a run",
     ),
     "resume-null": (("hydra.run.dir=run", "resume=null"), {}, "run already holds a run"),
+    # A config file names the directory: refused before Hydra writes its record there.
+    "config-file-names-it": (
+        ("hydra.searchpath=[file://conf]", "+experiment=fixed_dir"),
+        {},
+        "hydra.run.dir=run: run already holds",
+    ),
     "empty-run-dir": (
         ("hydra.run.dir=",),
         {},
@@ -122,6 +128,10 @@ def test_a_refused_run_is_one_line_and_writes_nothing(tmp_path, finished_run, ca
     shutil.copytree(finished_run, tmp_path / "run")
     if case == "killed-run":
         (tmp_path / "run" / "result.json").unlink()
+    (tmp_path / "conf" / "experiment").mkdir(parents=True)
+    (tmp_path / "conf" / "experiment" / "fixed_dir.yaml").write_text(
+        "# @package _global_\nhydra:\n  run:\n    dir: run\n"
+    )
     before = snapshot(tmp_path)
     result = run_cli("train", *TINY, *arguments, cwd=tmp_path, env=env, timeout=120)
     assert expected in one_error_line(result)

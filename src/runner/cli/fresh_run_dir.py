@@ -4,8 +4,13 @@ Continuing it is ``resume=``; a directory a scheduler reruns in is ``resume=auto
 
 import os
 from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
 
 from runner.cli.arguments import CommandLine
+from runner.cli.exits import exit_with
 from runner.config.errors import ConfigError
 
 # What a run writes into its directory once it has started (Hydra's record and log come before it and
@@ -64,3 +69,18 @@ def check_new_run_dir(command_line: CommandLine) -> None:
     named = command_line.last("hydra.run.dir")
     if named is not None:
         refuse_existing_run(Path(str(named.value())), named.input_line)
+
+
+class NewRunDir(Callback):
+    """Before Hydra writes its record into the run directory (``on_run_start`` comes first): a new
+    ``train`` run into a directory that already holds one is refused, whichever config names it, so the
+    first run's record is kept too."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if config.hydra.job.name != "train" or config.get("resume") is not None:
+            return
+        run_dir = str(config.hydra.run.dir)
+        try:
+            refuse_existing_run(Path(run_dir), f"hydra.run.dir={run_dir}")
+        except ConfigError as error:  # Hydra turns a callback's exception into a warning, not SystemExit
+            exit_with(error)
