@@ -715,8 +715,15 @@ def damaged_sharded_run(damage: str) -> Callable[[Path, Context], None]:
     return build
 
 
+def fixed_dir_conf(dest: Path, ctx: Context) -> None:
+    """A config folder whose experiment names the run directory ``run``."""
+    (dest / "experiment").mkdir(parents=True)
+    (dest / "experiment" / "fixed_dir.yaml").write_text("# @package _global_\nhydra:\n  run:\n    dir: run\n")
+
+
 FIXTURES.update({
     "killed_run": ("run", killed_run),
+    "fixed_dir_conf": ("conf", fixed_dir_conf),
     "sharded_index_memory_error": ("run", damaged_sharded_run("memory-error")),
     "sharded_index_outside": ("run", damaged_sharded_run("outside")),
     "sharded_linked_shard": ("run", damaged_sharded_run("linked-shard")),
@@ -727,6 +734,11 @@ CASES += [
     case("rundir-finished-run-no-resume", "train hydra.run.dir=run", needs=("run",)),
     case("rundir-killed-run-no-resume", "train hydra.run.dir=run", needs=("killed_run",)),
     case("rundir-resume-null", "train hydra.run.dir=run resume=null", needs=("run",)),
+    case(
+        "rundir-named-by-a-config-file",
+        "train hydra.searchpath=[file://conf] +experiment=fixed_dir",
+        needs=("run", "fixed_dir_conf"),
+    ),
     case(
         "rundir-stray-submitit-executor",
         "train hydra.run.dir=run",
