@@ -44,6 +44,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 TRACEBACK = "Traceback (most recent call last)"
@@ -69,6 +70,8 @@ class Case:
     expect: str = REFUSE
     needs: tuple[str, ...] = ()
     writes_ok: bool = False  # a refusal that may leave files (a full disk keeps earlier checkpoints)
+    env: tuple[tuple[str, str], ...] = ()  # environment variables set for it ({free_port}: a free port)
+    torchrun: bool = False  # run under torchrun with 2 processes
 
 
 @dataclass
@@ -88,7 +91,7 @@ class Result:
 
 
 def case(
-    id: str, line: str | tuple[str, ...], expect: str = REFUSE, needs: tuple[str, ...] = (), **kw: bool
+    id: str, line: str | tuple[str, ...], expect: str = REFUSE, needs: tuple[str, ...] = (), **kw: Any
 ) -> Case:
     args = tuple(shlex.split(line)) if isinstance(line, str) else line
     return Case(id, args, expect, needs, **kw)
@@ -822,6 +825,166 @@ CASES += [
 # ---- end of issue 25, part A ----------------------------------------------------------------------------
 
 
+# ---- Issue 25, part B (t25b): run directories, bounds, environment, torchrun, sharded checkpoints ----
+
+TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m")
+# Under torchrun a refusal is one line from each rank (exit 2); torchrun itself then prints its own
+# ChildFailedError traceback, which runner cannot change: judged by runner's lines and the ranks' exits.
+TORCHRUN_REFUSE = "torchrun-refuse"
+NO_PEER = (("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "{free_port}"))
+SHARDED = (
+    "data=text", "model=char_transformer", "model.layers=2", "model.width=32",
+    "trainer.val_every_n_steps=100", "checkpoint.every_n_steps=2", "checkpoint.every_n_epochs=null",
+    "checkpoint.save_best=false", "strategy=fsdp",
+)  # fmt: skip
+_sharded_base: dict[str, Path] = {}
+_sharded_lock = threading.Lock()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def refused_per_rank(output: str) -> bool:
+    """Every line of runner's is the same one-line error (torchrun may stop a rank before it says it),
+    the ranks exited 2, and every traceback frame is torchrun's own."""
+    ours = [line for line in output.splitlines() if line.startswith("runner:")]
+    frames = [line.strip() for line in output.splitlines() if line.strip().startswith('File "')]
+    return (
+        1 <= len(ours) <= 2 and len(set(ours)) == 1 and ours[0].startswith(ONE_LINE_PREFIX)
+        and "exitcode  : 2" in output
+        and all("runpy" in frame or "torch/distributed" in frame for frame in frames)
+    )  # fmt: skip
+
+
+def killed_run(dest: Path, ctx: Context) -> None:
+    """A run killed before it ended: checkpoints and records, no result.json."""
+    copy_run(dest, ctx)
+    (dest / "result.json").unlink()
+
+
+def sharded_base(ctx: Context) -> Path:
+    """A finished strategy=fsdp run with folders at steps 2 and 4 (last: step 4's), built once."""
+    with _sharded_lock:
+        if "run" not in _sharded_base:
+            run_dir = ctx.base_run.parent / "sharded_run"
+            command = [sys.executable, "-m", "runner", "train", *SHARDED, "trainer.max_steps=4",
+                       f"hydra.run.dir={run_dir}"]  # fmt: skip
+            done = subprocess.run(
+                command, cwd=run_dir.parent, env=environment(), capture_output=True, text=True
+            )
+            if done.returncode != 0:
+                raise Skip(f"could not build the sharded run: {last_line(done.stderr)}")
+            _sharded_base["run"] = run_dir
+        return _sharded_base["run"]
+
+
+def damaged_sharded_run(damage: str) -> Callable[[Path, Context], None]:
+    """A copy of the sharded run whose step-4 folders, saved as by a runner without the index's checksum,
+    are damaged: the index a forged pickle (MemoryError), or naming a shard file outside the folder, or
+    a shard file that is a link out of it. A resume must skip them for step 2's."""
+
+    def build(dest: Path, ctx: Context) -> None:
+        import pickle
+        import struct
+
+        from runner.checkpoint.files import atomic_save, load_checkpoint
+        from runner.checkpoint.sharded_checks import FILE_CHECKSUMS, METADATA, MetadataUnpickler
+
+        shutil.copytree(sharded_base(ctx), dest, symlinks=True)
+        for name in ("last", "step_00000004"):
+            folder = dest / "checkpoints" / name
+            record = load_checkpoint(folder)
+            checksums = {key: value for key, value in record[FILE_CHECKSUMS].items() if key != METADATA}
+            atomic_save({**record, FILE_CHECKSUMS: checksums}, folder / "runner.pt")
+            shard = folder / "__0_0.distcp"
+            if damage == "memory-error":
+                (folder / METADATA).write_bytes(b"\x80\x04\x8e" + struct.pack("<Q", 2**62) + b"x")
+            elif damage == "outside":
+                outside = dest.parent / f"outside_{name}.distcp"
+                shutil.copy2(shard, outside)
+                with open(folder / METADATA, "rb") as handle:
+                    metadata = MetadataUnpickler(handle).load()
+                for where in metadata.storage_data.values():
+                    where.relative_path = os.path.relpath(outside, folder)
+                (folder / METADATA).write_bytes(pickle.dumps(metadata))
+            elif damage == "linked-shard":
+                outside = dest.parent / f"linked_{name}.distcp"
+                shutil.move(shard, outside)
+                shard.symlink_to(outside)
+
+    return build
+
+
+def fixed_dir_conf(dest: Path, ctx: Context) -> None:
+    """A config folder whose experiment names the run directory ``run``."""
+    (dest / "experiment").mkdir(parents=True)
+    (dest / "experiment" / "fixed_dir.yaml").write_text("# @package _global_\nhydra:\n  run:\n    dir: run\n")
+
+
+FIXTURES.update({
+    "killed_run": ("run", killed_run),
+    "fixed_dir_conf": ("conf", fixed_dir_conf),
+    "sharded_index_memory_error": ("run", damaged_sharded_run("memory-error")),
+    "sharded_index_outside": ("run", damaged_sharded_run("outside")),
+    "sharded_linked_shard": ("run", damaged_sharded_run("linked-shard")),
+})  # fmt: skip
+RESUME_SHARDED = "train resume=run trainer.max_steps=6"
+CASES += [
+    # A new run into a directory that holds a run (finished or not), without resume=; empty directories.
+    case("rundir-finished-run-no-resume", "train hydra.run.dir=run", needs=("run",)),
+    case("rundir-killed-run-no-resume", "train hydra.run.dir=run", needs=("killed_run",)),
+    case("rundir-resume-null", "train hydra.run.dir=run resume=null", needs=("run",)),
+    case(
+        "rundir-named-by-a-config-file",
+        "train hydra.searchpath=[file://conf] +experiment=fixed_dir",
+        needs=("run", "fixed_dir_conf"),
+    ),
+    case(
+        "rundir-stray-submitit-executor",
+        "train hydra.run.dir=run",
+        needs=("run",),
+        env=(("SUBMITIT_EXECUTOR", "local"),),
+    ),
+    case("rundir-empty", "train hydra.run.dir="),
+    case("rundir-blank", ("train", "hydra.run.dir=' '")),
+    case("rundir-sweep-dir-empty", f"train -m hydra.sweep.dir= seed=1,2 {QUICK}"),
+    # Bounds.
+    case("bounds-num_workers-100000", "train data.num_workers=100000"),
+    case("bounds-num_workers-1e20", "train data.num_workers=100000000000000000000"),
+    case("bounds-max_steps-2pow64", "train trainer.max_steps=18446744073709551616"),
+    case("bounds-batch_size-2pow63", "train data.batch_size=9223372036854775808"),
+    case("bounds-hidden-2pow70-in-list", "train model.hidden=[64,1180591620717411303424]"),
+    case("bounds-sweep-seed-2pow63", "train -m seed=1,9223372036854775808"),
+    case("bounds-keep_last-2pow64", "train checkpoint.keep_last=18446744073709551616"),
+    # The processes' environment.
+    case("env-world_size-junk", "train", env=(("WORLD_SIZE", "two"),)),
+    case("env-world_size-0", "train", env=(("WORLD_SIZE", "0"),)),
+    case("env-world_size-huge", "train", env=(("WORLD_SIZE", "1" + "0" * 30),)),
+    case("env-rank-junk", "train", env=(("RANK", "x"),)),
+    case("env-rank-past-world_size", "train", env=(("WORLD_SIZE", "2"), ("RANK", "5"))),
+    case("env-local_rank-negative", "train", env=(("LOCAL_RANK", "-1"),)),
+    case("env-world_size-2-alone", "train", env=(("WORLD_SIZE", "2"),)),
+    case("env-master_port-junk", "train", env=(*NO_PEER[:2], ("RANK", "0"), ("MASTER_PORT", "http"))),
+    case("env-rank-0-without-peers", "train peer_timeout_s=3", env=(*NO_PEER, ("RANK", "0"))),
+    case("env-rank-1-without-rank-0", "train peer_timeout_s=3", env=(*NO_PEER, ("RANK", "1"))),
+    case("env-eval-rank-junk", f"eval ckpt={LAST}", needs=("run",), env=(("RANK", "x"),)),
+    # Under torchrun.
+    case("torchrun-existing-run", "train hydra.run.dir=run", TORCHRUN_REFUSE, ("run",), torchrun=True),
+    case("torchrun-bad-value", "train data.batch_size=-1", TORCHRUN_REFUSE, torchrun=True),
+    # Damaged sharded checkpoints: resume skips them for the previous one and continues (exit 0).
+    case("sharded-index-memory-error", RESUME_SHARDED, OK, ("sharded_index_memory_error",)),
+    case("sharded-index-names-a-path-outside", RESUME_SHARDED, OK, ("sharded_index_outside",)),
+    case("sharded-shard-is-a-link-outside", RESUME_SHARDED, OK, ("sharded_linked_shard",)),
+]
+
+# ---- end of issue 25, part B ----
+
+
 # Running and judging.
 
 
@@ -876,6 +1039,8 @@ def judge(case: Case, exit_code: int | None, stdout: str, stderr: str, marker: b
         return "CODE-EXEC"
     if timed_out:
         return "timeout"
+    if case.expect == TORCHRUN_REFUSE:
+        return "one line per rank" if refused_per_rank(stdout + stderr) else "other"
     if TRACEBACK in stdout or TRACEBACK in stderr:
         return "traceback"
     if case.expect == DIAGNOSE:
@@ -923,8 +1088,10 @@ def run_case(case: Case, root: Path, base_run: Path, timeout: float) -> Result:
             return Result(case.id, command_text(case), case.expect, "skipped", None, 0.0, str(skip))
         before = snapshot(cwd)
         started = time.monotonic()
+        launcher = TORCHRUN if case.torchrun else ("-m",)
+        env = {**environment(), **{name: value.format(free_port=free_port()) for name, value in case.env}}
         process = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "runner", *case.args], cwd=cwd, env=environment(),
+            [*prefix, sys.executable, *launcher, "runner", *case.args], cwd=cwd, env=env,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             errors="replace", start_new_session=True,
         )  # fmt: skip
@@ -941,7 +1108,9 @@ def run_case(case: Case, root: Path, base_run: Path, timeout: float) -> Result:
         verdict = judge(case, process.returncode, stdout, stderr, created, timed_out)
         line = last_line(stderr) or last_line(stdout)
         may_write = case.expect == OK or case.writes_ok
-        fine = verdict in ("one-line", "ok", "diagnosed", "job failed") and (may_write or not wrote)
+        fine = verdict in ("one-line", "ok", "diagnosed", "job failed", "one line per rank") and (
+            may_write or not wrote
+        )
         error = exception_line(stdout + stderr) if verdict == "traceback" else ""
         return Result(case.id, command_text(case), case.expect, verdict, process.returncode, seconds, line,
                       error, wrote, created, may_write, fine)  # fmt: skip
@@ -988,6 +1157,7 @@ def totals(results: list[Result]) -> dict[str, int]:
     return {
         "tried": sum(result.verdict != "skipped" for result in results),
         "one-line errors": count(("one-line",)),
+        "one line per rank under torchrun (exit 2)": count(("one line per rank",)),
         "ok as expected": count(("ok",)),
         "doctor diagnosed (failing check, exit 1)": count(("diagnosed",)),
         "sweep job failed, the others ran (exit 1)": count(("job failed",)),

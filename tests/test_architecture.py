@@ -23,10 +23,6 @@ LAYERS = [
     {"runner.tools"},
     CLI,
 ]
-# checkpoint/sharded_saves.py is being changed on issue 25's branch, so it still imports TrainState by
-# its old path (training/state.py). At that merge: import it from runner.checkpoint.state there, then
-# delete training/state.py and this entry.
-AWAITING_MERGE = {("runner.checkpoint.sharded_saves", "runner.training.state")}
 # What one optimizer step and one validation run: math on tensors. Neither they nor anything they
 # import prints, logs or saves; the engine around them does, at its fixed points.
 MATH = ("runner.training.step", "runner.training.validation")
@@ -75,7 +71,7 @@ def test_nothing_imports_upward(module):
     upward = [
         name
         for name in runner_imports(module)
-        if layer_of(name) > layer_of(module) and (module, name) not in AWAITING_MERGE
+        if layer_of(name) > layer_of(module)
     ]
     assert not upward, f"{module} imports {upward} from a higher layer"
 

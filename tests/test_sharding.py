@@ -10,8 +10,9 @@ import pytest
 import torch
 from conftest import read_scalars
 
-from runner.checkpoint.files import CheckpointError, checkpoint_files, load_checkpoint
+from runner.checkpoint.files import CheckpointError, atomic_save, checkpoint_files, load_checkpoint
 from runner.checkpoint.locate import own_checkpoint
+from runner.checkpoint.sharded_checks import FILE_CHECKSUMS, METADATA
 from runner.cli.main import main
 from runner.config.errors import ConfigError
 from runner.data import load_text
@@ -23,6 +24,10 @@ TRANSFORMER = (
     "trainer.log_every_n_steps=1", "trainer.val_every_n_steps=3", "checkpoint.every_n_steps=2",
     "checkpoint.every_n_epochs=null",
 )  # fmt: skip
+
+
+def drop_index(checksums: dict) -> dict:
+    return {name: digest for name, digest in checksums.items() if name != METADATA}
 
 
 def consolidated_weights(run_dir, name="last"):
@@ -123,6 +128,10 @@ def test_a_tampered_sharded_checkpoint_is_refused_before_anything_runs(train_her
 
     index = (folder / ".metadata").read_bytes()
     (folder / ".metadata").write_bytes(pickle.dumps(Payload()))
+    with pytest.raises(CheckpointError, match=r"\.metadata changed on disk after it was saved"):
+        consolidated_weights(run_dir)
+    record = load_checkpoint(folder)  # as a runner that wrote no checksum of the index saved it
+    atomic_save({**record, FILE_CHECKSUMS: drop_index(record[FILE_CHECKSUMS])}, folder / "runner.pt")
     with pytest.raises(CheckpointError, match=r"its index \(\.metadata\) was refused"):
         consolidated_weights(run_dir)
     assert not marker.exists()

@@ -32,11 +32,13 @@ class Found:
 
 def checked_load(path: Path) -> dict[str, Any]:
     """A checkpoint file, or a sharded checkpoint's record once its index and shard files are checked."""
-    checkpoint = load_checkpoint(path)
-    if is_sharded_folder(path):
-        from runner.checkpoint.sharded import check_folder  # torch.distributed.checkpoint: only here
+    if not is_sharded_folder(path):
+        return load_checkpoint(path)
+    from runner.checkpoint.sharded_checks import check_entries, check_folder  # torch.distributed: only here
 
-        check_folder(path, checkpoint)
+    check_entries(path)  # plain files only, before its record is read
+    checkpoint = load_checkpoint(path)
+    check_folder(path, checkpoint)
     return checkpoint
 
 

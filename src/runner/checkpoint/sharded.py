@@ -3,19 +3,16 @@
 
 A folder holds each process's shards (``__<rank>_0.distcp``), DCP's index of them (``.metadata``) and
 ``runner.pt``: everything else a resume needs (train state, random states, scheduler, config), a plain
-checkpoint whose sharded tensors are placeholders, plus a checksum of every shard file. It is written
+checkpoint whose sharded tensors are placeholders, plus a checksum of every shard file and of the
+index. It is written
 into ``.<name>.tmp`` and renamed to ``<name>`` only once all of that is written: a folder under its own
 name is complete, and a save killed half-way leaves the previous checkpoint the newest valid one.
 
-Nothing read from disk runs code: ``runner.pt`` is loaded with ``weights_only=True``, and DCP's
-``.metadata`` (a pickle DCP reads with plain ``pickle.load``) is first read with an unpickler that
-builds only DCP's own index classes, so it cannot name anything else to import or call.
+Nothing read from disk runs code: ``runner.pt`` is loaded with ``weights_only=True``, and a folder is
+checked (``sharded_checks.py``) before DCP reads it.
 """
 
-import hashlib
-import io
 import os
-import pickle
 import shutil
 import warnings
 from collections.abc import Callable, Mapping
@@ -25,15 +22,20 @@ from typing import Any
 import torch
 import torch.distributed as torch_dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+from torch.distributed.checkpoint import CheckpointException
 from torch.distributed.tensor import DTensor, Shard
 
 from runner.checkpoint.durable import fsync_folder
 from runner.checkpoint.files import RECORD, CheckpointError, atomic_save
-
-METADATA = ".metadata"
-PLACEHOLDER = "__sharded__"  # a DTensor's place in runner.pt: {"__sharded__": key, "shape", "dtype"}
-FILE_CHECKSUMS = "shard_checksums"
+from runner.checkpoint.sharded_checks import (
+    FILE_CHECKSUMS,
+    PLACEHOLDER,
+    check_folder,
+    checksummed_files,
+    dtype_named,
+    file_checksum,
+    placeholders,
+)
 
 
 def split_sharded(payload: Any, path: tuple[str, ...] = ()) -> tuple[Any, dict[str, DTensor]]:
@@ -58,16 +60,6 @@ def split_sharded(payload: Any, path: tuple[str, ...] = ()) -> tuple[Any, dict[s
     return payload, {}
 
 
-def placeholders(record: Any) -> list[dict[str, Any]]:
-    if isinstance(record, Mapping):
-        if PLACEHOLDER in record:
-            return [dict(record)]
-        return [found for value in record.values() for found in placeholders(value)]
-    if type(record) in (list, tuple):
-        return [found for value in record for found in placeholders(value)]
-    return []
-
-
 def fill(record: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
     """``record`` with each placeholder replaced by its loaded tensor."""
     if isinstance(record, Mapping):
@@ -79,95 +71,6 @@ def fill(record: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
     return record
 
 
-def dtype_named(name: str, folder: Path) -> torch.dtype:
-    dtype = getattr(torch, str(name).removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype):
-        raise CheckpointError(f"checkpoint {folder} is damaged: runner.pt names no tensor type {name!r}")
-    return dtype
-
-
-# The classes DCP's index is made of (torch 2.13), and torch's dtypes: all the metadata unpickler builds.
-METADATA_CLASSES = {
-    ("torch.distributed.checkpoint.metadata", name)
-    for name in (
-        "Metadata",
-        "MetadataIndex",
-        "StorageMeta",
-        "TensorProperties",
-        "TensorStorageMetadata",
-        "ChunkStorageMetadata",
-        "_MEM_FORMAT_ENCODING",
-    )
-} | {
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-    ("torch", "Size"),
-    ("torch.serialization", "_get_layout"),  # a layout by its name
-    ("pathlib", "PosixPath"),
-    ("pathlib", "WindowsPath"),
-    ("collections", "OrderedDict"),
-}
-
-
-class MetadataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in METADATA_CLASSES or (
-            module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
-        ):
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"{module}.{name} is not part of a checkpoint index")
-
-
-def check_metadata(folder: Path) -> None:
-    """DCP's index may describe only tensors: a byte item would be read with ``torch.load`` unrestricted."""
-    try:
-        metadata = MetadataUnpickler(io.BytesIO((folder / METADATA).read_bytes())).load()
-        entries = metadata.state_dict_metadata.items()
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as error:
-        raise CheckpointError(
-            f"checkpoint {folder}: its index ({METADATA}) was refused or is damaged ({error}); runner "
-            "reads only tensor shards. Do not load it unless you trust where it came from."
-        ) from None
-    if any(isinstance(entry, BytesStorageMetadata) for _, entry in entries):
-        raise CheckpointError(
-            f"checkpoint {folder}: its index names pickled objects besides tensors; runner reads only "
-            "tensor shards. Do not load it unless you trust where it came from."
-        )
-
-
-def shard_files(folder: Path) -> list[Path]:
-    return sorted(path for path in folder.iterdir() if path.suffix == ".distcp")
-
-
-def file_checksum(path: Path) -> str:
-    hasher = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            hasher.update(chunk)
-    return f"sha256:{hasher.hexdigest()}"
-
-
-def check_shard_files(folder: Path, record: Mapping[str, Any]) -> None:
-    """Every shard file the save wrote, each as it was written."""
-    expected = record.get(FILE_CHECKSUMS, {})
-    present = {path.name: path for path in shard_files(folder)}
-    missing = sorted(set(expected) - set(present))
-    if missing:
-        raise CheckpointError(f"checkpoint {folder} is incomplete: {', '.join(missing)} missing")
-    changed = [name for name, digest in expected.items() if file_checksum(present[name]) != digest]
-    if changed:
-        raise CheckpointError(
-            f"checkpoint {folder} is corrupted: {', '.join(changed)} changed on disk after it was saved; "
-            "use another checkpoint of the run"
-        )
-
-
-def check_folder(folder: Path, record: Mapping[str, Any]) -> None:
-    """Before anything reads a sharded checkpoint's shards (when a resume finds it, or consolidate and
-    eval read it): the index holds only tensor entries, and every shard file is as it was written."""
-    check_metadata(folder)
-    check_shard_files(folder, record)
-
-
 def read_shards(folder: Path, record: Mapping[str, Any], target: Callable[[dict], torch.Tensor]) -> Any:
     """The record (of a folder :func:`check_folder` passed) with its placeholders filled:
     ``target`` makes the empty tensor each one is read into (a DTensor on this run's processes, or a
@@ -177,7 +80,7 @@ def read_shards(folder: Path, record: Mapping[str, Any], target: Callable[[dict]
         with warnings.catch_warnings():  # one process reads alone on purpose (consolidate, eval)
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
             dcp.load(tensors, checkpoint_id=folder, no_dist=not torch_dist.is_initialized())
-    except Exception as error:  # DCP's CheckpointException gathers every rank's error
+    except (Exception, CheckpointException) as error:  # DCP's gathers every rank's error (a BaseException)
         first = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
         raise CheckpointError(f"checkpoint {folder} cannot be read ({first[:300]})") from None
     return fill(record, tensors)
@@ -216,7 +119,8 @@ def write_shards(tensors: dict[str, DTensor], folder: Path, background: bool, gr
 def commit(record: dict[str, Any], temporary: Path, final: Path) -> None:
     """Rank 0, once every shard and the index are written: ``runner.pt`` (with the shards' checksums),
     then the rename that makes the folder a checkpoint. An older folder of the name is replaced."""
-    record = {**record, FILE_CHECKSUMS: {path.name: file_checksum(path) for path in shard_files(temporary)}}
+    checksums = {path.name: file_checksum(path) for path in checksummed_files(temporary)}
+    record = {**record, FILE_CHECKSUMS: checksums}
     atomic_save(record, temporary / RECORD)
     replace_folder(temporary, final)
 

@@ -24,7 +24,7 @@ import torch.distributed as torch_dist
 from runner.checkpoint.durable import remove_stale_temporaries, writing
 from runner.checkpoint.policy import SaveCadence, snapshot, stale_periodic
 from runner.checkpoint.sharded import clean_folder, commit, link_folder, split_sharded, write_shards
-from runner.training.state import TrainState
+from runner.checkpoint.state import TrainState
 
 log = logging.getLogger("runner")
 PERIODIC_FOLDER = re.compile(r"step_(\d+)")

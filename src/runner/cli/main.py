@@ -40,6 +40,14 @@ def main(arguments: list[str] | None = None) -> None:
         raise SystemExit(2)
     command, rest = arguments[0], arguments[1:]
     module_name, function_name = COMMANDS[command]
+    from runner.cli.environment import check_process_environment
+    from runner.cli.exits import exit_with
+    from runner.config.errors import UserError
+
+    try:
+        check_process_environment()
+    except UserError as error:
+        exit_with(error)
     try:
         module = __import__(module_name, fromlist=[function_name])
         getattr(module, function_name)(rest)

@@ -20,10 +20,12 @@ from omegaconf import DictConfig, OmegaConf
 from runner.cli import worker_stop
 from runner.cli.arguments import CommandLine, for_rank, parse_overrides, reapplied, resumed, value_text
 from runner.cli.exits import exit_with
+from runner.cli.fresh_run_dir import check_new_run_dir, refuse_existing_run
 from runner.cli.hydra_app import check_command_line, options_of, run_hydra, trusted_targets
 from runner.cli.submitit_tasks import submitit_tasks_as_ranks
 from runner.cli.undo import RunDirBefore, remove_new_run_dir
 from runner.config.errors import ConfigError, UserError
+from runner.config.schema import PEER_TIMEOUT_S
 from runner.config.trust import check_config_from_file, check_named, targets_in
 from runner.config.typed import as_dict, typed_config
 from runner.observe.console import (
@@ -123,7 +125,8 @@ def under_torchrun(command_line: CommandLine) -> CommandLine:
                     "multi-process jobs, use a submitit launcher with hydra.launcher.tasks_per_node instead "
                     "of torchrun"
                 )
-    start_process_group()
+    timeout = command_line.last("peer_timeout_s")
+    start_process_group(PEER_TIMEOUT_S if timeout is None else timeout.value())
     given = command_line.last("hydra.sweep.dir" if command_line.sweep else "hydra.run.dir")
     parent = "outputs/multirun" if command_line.sweep else "outputs"
     run_dir = shared_run_dir(value_text(given) if given else None, parent)
@@ -322,6 +325,8 @@ def train_task(
     with console or nullcontext(), submitit_tasks_as_ranks(run_dir):
         try:
             config = typed_config(cfg)
+            if not in_sweep and config.resume is None:  # a run directory a config file names
+                refuse_existing_run(run_dir, f"hydra.run.dir={run_dir}")
             if found is not None and trusted is not None:  # built from a run directory's record too
                 check_config_from_file(
                     as_dict(config), trusted,
@@ -469,6 +474,7 @@ def main_train(arguments: list[str]) -> None:
         command_line, found = with_resume(command_line, trusted)
         if distributed:
             command_line = under_torchrun(command_line)
+        check_new_run_dir(command_line)
         # A directory the command line names may exist (a resume's, one a scheduler reruns in): a
         # refused run leaves it as it was.
         named_dir = command_line.last("hydra.run.dir")
@@ -476,6 +482,10 @@ def main_train(arguments: list[str]) -> None:
         before = RunDirBefore.of(named) if named is not None else None
         before_jobs = jobs_before(command_line)
     except UserError as error:
+        if distributed:  # every rank refuses alike, each in one line
+            from runner.training.distributed import stop_process_group
+
+            stop_process_group()
         exit_with(error)
     sweep_stop = SweepStop([o.key_or_group for o in command_line.overrides if o.is_sweep_override()])
     exit_code = None

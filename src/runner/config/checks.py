@@ -4,6 +4,7 @@ and to the typed config before anything is built or written. The rules come from
 Each check names the key, the value given and what is allowed, in one line.
 """
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -14,7 +15,38 @@ from runner.config.schema import SETTINGS, TOP_LEVEL_KEYS, RunConfig
 ABSENT = object()
 
 
+# Integers must fit in 64 bits (torch's int64, a step counter, a seed): a larger one would fail, or
+# run for ever, deep inside the run.
+INTEGER_LIMIT = 2**63
+
+
+def oversized_integer(key: str, value: Any) -> tuple[str, int] | None:
+    """The first integer in ``value`` (nested lists and mappings too) outside [-2**63, 2**63), and the
+    key it is at."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None if -INTEGER_LIMIT <= value < INTEGER_LIMIT else (key, value)
+    if isinstance(value, Mapping):
+        inside = ((f"{key}.{name}", item) for name, item in value.items())
+    elif isinstance(value, list | tuple):
+        inside = ((key, item) for item in value)
+    else:
+        return None
+    return next((found for at, item in inside if (found := oversized_integer(at, item)) is not None), None)
+
+
+def check_integer_size(key: str, value: Any) -> None:
+    found = oversized_integer(key, value)
+    if found is not None:
+        at, number = found
+        given = show(value) if at == key and len(show(value)) <= 200 else show(number)
+        raise ConfigError(
+            f"{at}={given} is not allowed; {number} does not fit in 64 bits: integers must be in "
+            "[-2**63, 2**63)"
+        )
+
+
 def check_value(key: str, value: Any) -> None:
+    check_integer_size(key, value)
     declared = SETTINGS.get(key)
     if declared is not None and declared.rule is not None and not declared.rule.accepts(value):
         raise ConfigError(f"{key}={show(value)} is not allowed; {key} must be {declared.rule.allowed}")
@@ -79,6 +111,8 @@ def has_target(value: Any) -> bool:
 
 def validate_config(config: RunConfig) -> None:
     """Check the typed config as a whole before anything is built."""
+    for key, value in dataclasses.asdict(config).items():
+        check_integer_size(key, value)
     for key in SETTINGS:
         value = value_at(config, key)
         if value is not ABSENT:

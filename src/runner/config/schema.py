@@ -27,6 +27,7 @@ MONITOR = Rule(
     lambda v: isinstance(v, str) and v.startswith("val/") and len(v) > 4,
 )
 NAMED_SCHEDULES = ("none", "cosine", "step")
+PEER_TIMEOUT_S = 300  # peer_timeout_s's default: read before the config exists (training/distributed.py)
 OPTIONAL_BOOLEAN = Rule("true, false or null (torch's default)", lambda v: v is None or isinstance(v, bool))
 
 
@@ -203,6 +204,9 @@ class RunConfig:
         ),
         resume="may_change",
     )
+    # With several processes (WORLD_SIZE): how long each waits at the start for the others to join.
+    # Read from the command line (the processes meet before the config is composed).
+    peer_timeout_s: int = setting(PEER_TIMEOUT_S, rule=int_at_least(1), resume="may_change")
     # Resume a checkpoint saved by another number of processes (sharded checkpoints are re-sharded):
     # the data order then differs from the interrupted run's.
     resume_reshard: bool = setting(False, rule=BOOLEAN, resume="may_change")

@@ -6,6 +6,7 @@ Hydra-free: ``_target_`` configs become objects through the ``build`` function h
 """
 
 import inspect
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -185,6 +186,7 @@ def prepare(config: RunConfig, build: Build, seed: int, process: ProcessInfo | N
     GPU (``LOCAL_RANK``) and its shard of the data; one process takes the current GPU (a parallel sweep
     job's own, see ``runner.search.gpus``), named by its index."""
     process = process or ProcessInfo()
+    check_num_workers(config.data.num_workers)
     device = resolve_device(config.device)
     if device.type == "cuda" and device.index is None:
         device = torch.device(
@@ -203,6 +205,34 @@ def prepare(config: RunConfig, build: Build, seed: int, process: ProcessInfo | N
         val_batch_size=data.val_batch_size, drop_last=data.drop_last, collate_fn=collate_fn, order=order,
     )  # fmt: skip
     return Prepared(device, precision, parts, train_loader, val_loader, train_sampler)
+
+
+WORKERS_PER_CPU = 4
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a scheduler's share), else the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def worker_limit() -> int:
+    """The most loader workers a run here may start: each is a process."""
+    return WORKERS_PER_CPU * usable_cpus()
+
+
+def check_num_workers(num_workers: int) -> None:
+    """More than a few loader workers per CPU only slows the run, and a huge number forks until the
+    machine stops. Checked here, on the machine that runs, not with the config (a checkpoint's config
+    from a larger machine still resumes, with a smaller ``data.num_workers``)."""
+    cpus = usable_cpus()
+    limit = worker_limit()
+    if num_workers > limit:
+        raise ConfigError(
+            f"data.num_workers={num_workers} is not allowed; data.num_workers must be an integer in "
+            f"[0, {limit}] ({WORKERS_PER_CPU} x the {cpus} CPUs this process may use)"
+        )
 
 
 def build_collate_fn(build: Build, config: RunConfig) -> Callable | None:

@@ -11,7 +11,7 @@ from runner.config.errors import ConfigError
 from runner.config.trust import check_config_from_file
 from runner.config.typed import as_dict, typed_config
 from runner.data.loading import make_loader
-from runner.experiment.setup import Build, build_collate_fn, build_model_and_data, build_named
+from runner.experiment.setup import Build, build_collate_fn, build_model_and_data, build_named, worker_limit
 from runner.training.device import resolve_device
 from runner.training.precision import resolve_precision
 from runner.training.validation import evaluate
@@ -50,7 +50,8 @@ def evaluate_checkpoint(
     parts.model.load_state_dict(weights)
     loader = make_loader(
         dataset, config.data.val_batch_size or config.data.batch_size, seed=0,
-        pin_memory=device.type == "cuda", num_workers=config.data.num_workers,
+        # The checkpoint's number of workers, up to what this machine takes: eval has no setting for it.
+        pin_memory=device.type == "cuda", num_workers=min(config.data.num_workers, worker_limit()),
         collate_fn=build_collate_fn(build, config),
     )  # fmt: skip
     precision = resolve_precision(config.precision, device, suggest=False)

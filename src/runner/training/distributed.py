@@ -6,14 +6,19 @@ without them everything here is the one-process identity, so the engine reads th
 """
 
 import os
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as torch_dist
+
+from runner.config.errors import UserError
+from runner.config.schema import PEER_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -39,9 +44,17 @@ def from_environment() -> ProcessInfo:
     )
 
 
+# The variable naming the job, for each of submitit's executors.
+SUBMITIT_JOB_IDS = {"slurm": "SLURM_JOB_ID", "local": "SUBMITIT_LOCAL_JOB_ID"}
+
+
 def in_submitit_job() -> bool:
-    """submitit exports SUBMITIT_EXECUTOR (``slurm`` or ``local``) into every job it starts."""
-    return bool(os.environ.get("SUBMITIT_EXECUTOR"))
+    """A job submitit started: it exports SUBMITIT_EXECUTOR (``slurm`` or ``local``) and the job's id
+    into the job's environment, and its job process sets SUBMITIT_FOLDER before it runs the job. A
+    SUBMITIT_EXECUTOR left over in a shell is not a job (it would turn ``train`` into a resume)."""
+    executor = os.environ.get("SUBMITIT_EXECUTOR", "")
+    job_id = SUBMITIT_JOB_IDS.get(executor)
+    return job_id is not None and bool(os.environ.get(job_id)) and bool(os.environ.get("SUBMITIT_FOLDER"))
 
 
 def join_submitit_tasks() -> bool:
@@ -59,10 +72,53 @@ def join_submitit_tasks() -> bool:
     return True
 
 
-def start_process_group() -> None:
-    """gloo for CPU tensors, and nccl for CUDA ones where there is CUDA."""
+class PeersMissing(UserError):
+    """The other processes of a distributed run did not join in time."""
+
+
+def start_process_group(peer_timeout_s: float = PEER_TIMEOUT_S) -> None:
+    """gloo for CPU tensors, and nccl for CUDA ones where there is CUDA. Every process first meets the
+    others at ``MASTER_ADDR:MASTER_PORT`` (torch's ``env://`` rendezvous), waiting ``peer_timeout_s`` for
+    them; the group's own operations keep torch's default timeout."""
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    torch_dist.init_process_group(backend=backend)
+    address, port = os.environ.get("MASTER_ADDR", ""), int(os.environ.get("MASTER_PORT", 0))
+
+    def missing(reason: str) -> PeersMissing:
+        size = os.environ.get("WORLD_SIZE")
+        return PeersMissing(
+            f"WORLD_SIZE={size}: the {size} processes did not all meet at {address}:{port} within "
+            f"peer_timeout_s={peer_timeout_s:g} ({reason}); start every process (torchrun starts them "
+            "all), or unset WORLD_SIZE, RANK and LOCAL_RANK to run one"
+        )
+
+    started = time.monotonic()
+    # Started by hand (not torchrun, whose agent is already listening): a process other than rank 0
+    # first waits for rank 0 to listen. torch's own client would print a C++ stack trace per attempt.
+    by_hand = int(os.environ.get("RANK", 0)) != 0 and "TORCHELASTIC_RUN_ID" not in os.environ
+    if by_hand and not listening(address, port, peer_timeout_s):
+        raise missing("rank 0 is not listening there")
+    left = max(1.0, peer_timeout_s - (time.monotonic() - started))
+    try:
+        store, rank, world_size = next(torch_dist.rendezvous("env://", timeout=timedelta(seconds=left)))
+    except (RuntimeError, ValueError) as error:  # torch's DistError is a RuntimeError
+        raise missing((str(error).strip().splitlines() or [type(error).__name__])[0][:200]) from None
+    store.set_timeout(torch_dist.default_pg_timeout)
+    # As init_process_group does with a store it made itself: its keys under a prefix of their own.
+    store = torch_dist.PrefixStore("default_pg", store)
+    torch_dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size)
+
+
+def listening(address: str, port: int, timeout_s: float) -> bool:
+    """Whether something accepts connections at ``address:port`` within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=1.0):
+                return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
 
 
 @contextmanager

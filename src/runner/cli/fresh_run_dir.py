@@ -1,0 +1,86 @@
+"""A new run gets a directory of its own: ``train`` into one that already holds a run (finished,
+failed or killed) would mix two runs' checkpoints and events, and overwrite the first one's record.
+Continuing it is ``resume=``; a directory a scheduler reruns in is ``resume=auto``."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from runner.cli.arguments import CommandLine
+from runner.cli.exits import exit_with
+from runner.config.errors import ConfigError
+
+# What a run writes into its directory once it has started (Hydra's record and log come before it and
+# are not a run: a run refused or killed during its set-up leaves only those).
+RUN_FILES = ("run.yaml", "data_split.json", "result.json")
+RUN_FOLDERS = ("checkpoints",)
+EVENTS_PREFIX = "events.out.tfevents."
+
+
+def run_files_in(run_dir: Path) -> list[str]:
+    """The names in ``run_dir`` that show a run wrote there; none for a new or a user's own folder."""
+    try:
+        names = sorted(os.listdir(run_dir)) if run_dir.is_dir() else []
+    except OSError:
+        return []
+    folders = [f"{name}/" for name in names if name in RUN_FOLDERS and (run_dir / name).is_dir()]
+    files = [name for name in names if name in RUN_FILES or name.startswith(EVENTS_PREFIX)]
+    return folders + files
+
+
+def check_directory_values(command_line: CommandLine) -> None:
+    """``hydra.run.dir=`` (or ``hydra.sweep.dir=``) empty would write into the current folder, among
+    whatever is there: refused."""
+    for key in ("hydra.run.dir", "hydra.sweep.dir"):
+        override = command_line.last(key)
+        if override is None:
+            continue
+        value = override.value()
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise ConfigError(
+                f"{override.input_line}: an empty {key} writes into the current folder; give a folder of "
+                f"its own ({key}=DIR), or leave {key} out (outputs/<date>/<time>)"
+            )
+
+
+def refuse_existing_run(run_dir: Path, given: str) -> None:
+    """A new run (no ``resume=``) into a directory that holds a run is refused, naming both ways on."""
+    found = run_files_in(run_dir)
+    if not found:
+        return
+    shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+    raise ConfigError(
+        f"{given}: {run_dir} already holds a run ({shown}); to continue it, give resume={run_dir} (or "
+        "resume=auto); to start a new run, give a fresh directory (hydra.run.dir=NEW_DIR), or leave "
+        "hydra.run.dir out"
+    )
+
+
+def check_new_run_dir(command_line: CommandLine) -> None:
+    """Before Hydra writes anything: the run directory the command line names, for a run that does not
+    resume. Sweeps continue their jobs' directories themselves (``search.continuation``)."""
+    check_directory_values(command_line)
+    request = command_line.last("resume")
+    if command_line.sweep or (request is not None and request.value() is not None):
+        return
+    named = command_line.last("hydra.run.dir")
+    if named is not None:
+        refuse_existing_run(Path(str(named.value())), named.input_line)
+
+
+class NewRunDir(Callback):
+    """Before Hydra writes its record into the run directory (``on_run_start`` comes first): a new
+    ``train`` run into a directory that already holds one is refused, whichever config names it, so the
+    first run's record is kept too."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if config.hydra.job.name != "train" or config.get("resume") is not None:
+            return
+        run_dir = str(config.hydra.run.dir)
+        try:
+            refuse_existing_run(Path(run_dir), f"hydra.run.dir={run_dir}")
+        except ConfigError as error:  # Hydra turns a callback's exception into a warning, not SystemExit
+            exit_with(error)
