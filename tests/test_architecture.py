@@ -68,11 +68,7 @@ def test_every_module_has_a_layer():
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_nothing_imports_upward(module):
-    upward = [
-        name
-        for name in runner_imports(module)
-        if layer_of(name) > layer_of(module)
-    ]
+    upward = [name for name in runner_imports(module) if layer_of(name) > layer_of(module)]
     assert not upward, f"{module} imports {upward} from a higher layer"
 
 
