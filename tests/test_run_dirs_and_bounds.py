@@ -198,3 +198,15 @@ def test_eval_of_a_checkpoint_asking_for_too_many_workers_uses_what_this_machine
         return [line.split(" step ", 1)[1] for line in result.stdout.splitlines() if "val/loss" in line]
 
     assert metrics(asked) and metrics(asked) == metrics(plain)
+
+
+def test_a_folder_made_ahead_for_checkpoints_is_no_run_but_one_holding_a_file_is(tmp_path):
+    """A user may make (or mount) ``checkpoints/`` before the first run; once it holds anything, the
+    directory holds a run that a new one must not write over."""
+    from runner.cli.fresh_run_dir import run_files_in
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "notes.txt").write_text("mine")
+    assert run_files_in(tmp_path) == []
+    (tmp_path / "checkpoints" / "last.pt").write_bytes(b"")
+    assert run_files_in(tmp_path) == ["checkpoints/"]

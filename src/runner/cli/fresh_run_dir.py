@@ -26,9 +26,17 @@ def run_files_in(run_dir: Path) -> list[str]:
         names = sorted(os.listdir(run_dir)) if run_dir.is_dir() else []
     except OSError:
         return []
-    folders = [f"{name}/" for name in names if name in RUN_FOLDERS and (run_dir / name).is_dir()]
+    folders = [f"{name}/" for name in names if name in RUN_FOLDERS and holds_anything(run_dir / name)]
     files = [name for name in names if name in RUN_FILES or name.startswith(EVENTS_PREFIX)]
     return folders + files
+
+
+def holds_anything(folder: Path) -> bool:
+    """A run's folder that holds something: an empty ``checkpoints/`` (made ahead for a mount) is no run."""
+    try:
+        return folder.is_dir() and any(folder.iterdir())
+    except OSError:
+        return True  # unreadable: taken as a run's, never written over
 
 
 def check_directory_values(command_line: CommandLine) -> None:
