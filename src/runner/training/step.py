@@ -92,7 +92,10 @@ def train_step(
     micro-batch and its outputs (for callbacks); off, nothing holds them past the step."""
     model, precision, optimizer = learner.model, learner.precision, learner.optimizer
     samples = sum(count_samples(batch, learner.target_key) for batch in window)
-    items = [loss_items(batch, learner.loss_fn, learner.target_key) for batch in window]
+    # One micro-batch on one process needs no weight: its targets are not read (on a device, a read of
+    # them would be a host sync per step).
+    weighed = len(window) > 1 or learner.processes > 1
+    items = [loss_items(batch, learner.loss_fn, learner.target_key) for batch in window] if weighed else [1]
     shares = item_shares(items, all_processes(sum(items), learner.processes), learner.processes)
     said: list[torch.Tensor] = []  # the items a model with its own loss says it averaged over
     losses, weighted_losses = [], []
@@ -108,8 +111,10 @@ def train_step(
             del result
             if said or (index == 0 and told is not None):
                 said.append(torch.as_tensor(items[index] if told is None else told, device=learner.device))
-                if index == 0:  # what every process weighs its micro-batches against: the same number
+                if index == 0:  # what every process weighs its micro-batches against: the same number,
+                    # any but 0 (a first micro-batch of padding alone says 0): the rescale cancels it.
                     reference = summed(said[0].float(), learner.processes)
+                    reference = reference.where(reference != 0, 1.0)
             # Weight each micro-batch's mean loss by its share of the items the window's loss averages
             # over (samples; tokens where the loss ignores padding): the summed gradient is then the
             # gradient of the mean loss over the whole window and every process (whose gradients are

@@ -59,7 +59,10 @@ def evaluate(
             count = items_in_outputs(result.outputs) if isinstance(loss_fn, ModelLoss) else None
             if count is None:
                 count = loss_elements(loss_fn, result.targets, count_samples(batch, target_key))
-            loss_sum += result.loss.float() * count
+            # A batch whose targets are all ignored (all padding) has no items: its own mean is 0/0
+            # (NaN), and it adds nothing to the mean over the items of the others.
+            weighted = result.loss.float() * count
+            loss_sum += weighted.where(torch.as_tensor(count, device=device) != 0, 0.0)
             elements = elements + count  # class weights make it a float
             logits = logits_of(result.outputs)
             if logits is not None and isinstance(result.targets, torch.Tensor):
