@@ -215,3 +215,18 @@ def test_doctor_passes_the_model_that_carries_its_state(word_lm):
         target_key="labels",
     ))  # fmt: skip
     assert [result.status for result in results] == [PASS] * len(results), results
+
+
+def test_a_model_with_one_carried_state_resumes_from_a_mid_epoch_checkpoint_exactly(
+    word_lm, train_here, tmp_path
+):
+    """A model that reads and keeps one state in training and evaluation alike: the first-batch check
+    of the resumed run (a forward in eval mode) hands the state loaded from the checkpoint back as it
+    was, so step 6 goes on from step 5's state, as in the run that did not stop."""
+    one_state = (*CARRIED_RUN, "model._target_=one_state_lm.one_state_rnn_model", "trainer.max_epochs=1",
+                 "trainer.val_every_n_epochs=null")  # fmt: skip
+    straight = train_here(*one_state, "checkpoint.every_n_steps=1", "checkpoint.keep_last=100",
+                          run_dir=tmp_path / "straight")  # fmt: skip
+    step_5 = straight / "checkpoints" / "step_00000005.pt"
+    resumed = train_here(*one_state, f"resume={step_5}", run_dir=tmp_path / "resumed")
+    assert read_scalars(resumed)["train/loss"] == read_scalars(straight)["train/loss"][5:]
