@@ -211,3 +211,7 @@ def test_two_processes_weigh_padded_lm_batches_by_every_process_tokens(tmp_path,
     one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
     for key in one:
         torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5)
+    # train/loss: the window's mean over every process's tokens, as the one process logs it.
+    logged = [read_scalars(tmp_path / run)["train/loss"] for run in ("one", "two")]
+    assert [step for step, _ in logged[1]] == [step for step, _ in logged[0]]
+    assert [loss for _, loss in logged[1]] == pytest.approx([loss for _, loss in logged[0]], rel=1e-4)

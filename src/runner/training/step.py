@@ -53,6 +53,7 @@ class StepResult:
     applied: bool  # False: a non-finite gradient, the update was skipped
     samples: int  # in the window
     group_lrs: tuple[float, ...] = ()  # every parameter group's rate, when there are several
+    items: float = 1.0  # what ``loss`` averages over (tokens, samples): with several processes, its weight
     # With keep_last: the window's last micro-batch (on the device) and what the model returned for it.
     last_batch: Any = None
     last_outputs: Any = None
@@ -151,8 +152,9 @@ def train_step(
         precision.scaler.step(optimizer)  # under loss scaling it sees an overflow and skips the step
         precision.scaler.update()
     optimizer.zero_grad(set_to_none=True)
-    # The loss logged: this process's mean over its window's items. A micro-batch with no items (every
-    # target ignored) adds nothing: its own mean is 0/0, its gradient zero.
+    # This process's mean over its window's items (the log step averages it over every process's items).
+    # A micro-batch with no items (every target ignored) adds nothing: its own mean is 0/0, its gradient
+    # zero.
     counts = [float(count) for count in said] if said else items
     kept = [index for index, count in enumerate(counts) if count] or list(range(len(window)))
     if len(window) == 1:
@@ -162,8 +164,11 @@ def train_step(
     else:
         total = sum(counts[index] for index in kept) or 1
         window_loss = sum(losses[index].float() * (counts[index] / total) for index in kept)
+    window_items = float(sum(counts[index] for index in kept))
     last = (batch, outputs) if keep_last else (None, None)
-    return StepResult(window_loss, grad_norm_before_clip, lr, applied, samples, group_lrs, *last)
+    return StepResult(
+        window_loss, grad_norm_before_clip, lr, applied, samples, group_lrs, window_items, *last
+    )
 
 
 def item_shares(items: list[int | float], all_items: int | float, processes: int) -> list[float]:
