@@ -239,3 +239,32 @@ def test_one_micro_batch_on_one_process_is_not_counted(monkeypatch):
         model, nn.CrossEntropyLoss(), [(inputs[:2], targets[:2]), (inputs[2:], targets[2:])]
     )
     assert len(counted) == 2
+
+
+def transformers_collated(lines: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """As transformers' DataCollatorForLanguageModeling(mlm=False) builds a batch: the labels are the
+    input ids, -100 at padding only (the first token too is a label, which the model's shift skips)."""
+    input_ids = nn.utils.rnn.pad_sequence(lines, batch_first=True)
+    attention_mask = (
+        torch.arange(input_ids.shape[1])[None, :] < torch.tensor([len(x) for x in lines])[:, None]
+    )
+    labels = input_ids.masked_fill(~attention_mask, -100)
+    return {"input_ids": input_ids, "attention_mask": attention_mask.long(), "labels": labels}
+
+
+def test_transformers_style_causal_lm_labels_count_the_tokens_the_shifted_loss_scores(causal_lm):
+    """Labels equal to the input ids (the first token not -100): the loss scores 4 and 24 of 5 and 25
+    labels. A window is the big batch, and val/loss the mean over every scored token."""
+    window_model, big_model = twin_models(lambda: tiny_lm(causal_lm))
+    window, window_loss = gradients_of_one_step(
+        window_model, ModelLoss(), [transformers_collated([SHORT]), transformers_collated([LONG])]
+    )
+    big, big_loss = gradients_of_one_step(big_model, ModelLoss(), [transformers_collated([SHORT, LONG])])
+    assert_same_gradients(window, big)
+    assert window_loss == pytest.approx(big_loss, rel=1e-5)
+    batches = [transformers_collated([SHORT]), transformers_collated([LONG]), transformers_collated([SHORT])]
+    precision = resolve_precision("fp32", CPU)
+    values = evaluate(big_model, batches, ModelLoss(), CPU, precision, False, {}, "labels")
+    with torch.no_grad():
+        whole = big_model.eval()(**transformers_collated([SHORT, LONG, SHORT])).loss.item()
+    assert values["val/loss"] == pytest.approx(whole, rel=1e-5)
