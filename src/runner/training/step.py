@@ -97,7 +97,8 @@ def train_step(
     # them would be a host sync per step).
     weighed = len(window) > 1 or learner.processes > 1
     items = [loss_items(batch, learner.loss_fn, learner.target_key) for batch in window] if weighed else [1]
-    shares = item_shares(items, all_processes(sum(items), learner.processes), learner.processes)
+    all_items = all_processes(sum(items), learner.processes)
+    shares = item_shares(items, all_items, learner.processes)
     said: list[torch.Tensor] = []  # the items a model with its own loss says it averaged over
     losses, weighted_losses = [], []
     for index, batch in enumerate(window):
@@ -114,8 +115,11 @@ def train_step(
                 said.append(torch.as_tensor(items[index] if told is None else told, device=learner.device))
                 if index == 0:  # what every process weighs its micro-batches against: the same number,
                     # any but 0 (a first micro-batch of padding alone says 0): the rescale cancels it.
+                    # Then a micro-batch's items as the batches count them, so that no weight is far
+                    # from 1 (under fp16 loss scaling a large one would overflow the gradients).
                     reference = summed(said[0].float(), learner.processes)
-                    reference = reference.where(reference != 0, 1.0)
+                    typical = max(all_items / len(window), 1)
+                    reference = reference.where(reference != 0, typical)
             # Weight each micro-batch's mean loss by its share of the items the window's loss averages
             # over (samples; tokens where the loss ignores padding): the summed gradient is then the
             # gradient of the mean loss over the whole window and every process (whose gradients are
