@@ -268,3 +268,19 @@ def test_transformers_style_causal_lm_labels_count_the_tokens_the_shifted_loss_s
     with torch.no_grad():
         whole = big_model.eval()(**transformers_collated([SHORT, LONG, SHORT])).loss.item()
     assert values["val/loss"] == pytest.approx(whole, rel=1e-5)
+
+
+def test_one_micro_batch_on_one_process_reads_no_count_the_model_says(causal_lm):
+    """A model that says its items, one micro-batch on one process: nothing to weigh, so the count is
+    never read (a read would be a host sync every step). Here it cannot be read (a meta tensor): the
+    step runs, its loss the model's own."""
+
+    class SaysUnreadable(ShiftsItsOwnLabels):
+        def forward(self, input_ids, lengths):
+            return SaysItsItems(super().forward(input_ids, lengths).loss, torch.empty((), device="meta"))
+
+    model, twin = twin_models(lambda: SaysUnreadable(causal_lm))
+    with torch.no_grad():
+        expected = twin(*padded([SHORT, LONG])).loss.item()
+    _, loss = gradients_of_one_step(model, ModelLoss(), [padded([SHORT, LONG])])
+    assert loss == expected

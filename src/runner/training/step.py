@@ -111,7 +111,7 @@ def train_step(
             # Outputs (an LM's logits) kept past the micro-batch only when asked: they cost memory.
             outputs = result.outputs if keep_last else None
             del result
-            if said or (index == 0 and told is not None):
+            if weighed and (said or (index == 0 and told is not None)):
                 said.append(torch.as_tensor(items[index] if told is None else told, device=learner.device))
                 if index == 0:  # what every process weighs its micro-batches against: the same number,
                     # any but 0 (a first micro-batch of padding alone says 0): the rescale cancels it.
