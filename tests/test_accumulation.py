@@ -8,7 +8,7 @@ import torch
 from conftest import REPO
 from torch import nn
 
-from runner.training.batches import ModelLoss
+from runner.training.batches import ModelLoss, loss_items
 from runner.training.precision import resolve_precision
 from runner.training.step import Learner, train_step
 from runner.training.validation import evaluate
@@ -185,3 +185,102 @@ def test_a_micro_batch_whose_targets_are_all_ignored_adds_nothing():
     big, big_loss = gradients_of_one_step(big_model, nn.CrossEntropyLoss(), [(inputs, targets)])
     assert_same_gradients(window, big)
     assert window_loss == pytest.approx(big_loss, rel=1e-6)
+
+
+def test_a_first_micro_batch_of_padding_alone_adds_nothing_to_what_the_model_says(causal_lm):
+    """A model that says its items, and says 0 for the window's first micro-batch (a one-token line
+    predicts nothing): the window is still the big batch, and the step is applied."""
+    window_model, big_model = twin_models(lambda: ShiftsItsOwnLabels(causal_lm))
+    nothing = torch.tensor([7])
+    window, window_loss = gradients_of_one_step(
+        window_model, ModelLoss(), [padded([nothing]), padded([SHORT]), padded([LONG])]
+    )
+    big, big_loss = gradients_of_one_step(big_model, ModelLoss(), [padded([nothing, SHORT, LONG])])
+    assert_same_gradients(window, big)
+    assert window_loss == pytest.approx(big_loss, rel=1e-5)
+
+
+def test_a_validation_batch_of_padding_alone_leaves_val_loss_the_mean_over_the_others(causal_lm):
+    """Its own mean is 0/0: val/loss is the mean over the other batches' items, not NaN, whether the
+    targets show the count or the model says it."""
+    torch.manual_seed(0)
+    inputs, targets = torch.randn(4, 5), torch.tensor([0, 2, -100, -100])
+    model, precision = nn.Linear(5, 3), resolve_precision("fp32", CPU)
+    pairs = [(inputs[:2], targets[:2]), (inputs[2:], targets[2:])]
+    values = evaluate(model, pairs, nn.CrossEntropyLoss(), CPU, precision, False, {}, "labels")
+    with torch.no_grad():
+        assert values["val/loss"] == pytest.approx(nn.CrossEntropyLoss()(model(inputs), targets).item())
+    lm = twin_models(lambda: ShiftsItsOwnLabels(causal_lm))[0]
+    batches = [padded([torch.tensor([7])]), padded([SHORT]), padded([LONG])]
+    values = evaluate(lm, batches, ModelLoss(), CPU, precision, False, {}, "labels")
+    with torch.no_grad():
+        whole = lm.eval()(*padded([torch.tensor([7]), SHORT, LONG])).loss.item()
+    assert values["val/loss"] == pytest.approx(whole, rel=1e-5)
+
+
+def test_one_micro_batch_on_one_process_is_not_counted(monkeypatch):
+    """Weights matter only across micro-batches or processes: a window of one reads none of its targets
+    (on a GPU each such read would be a host sync every step); windows of several count each one."""
+    import runner.training.step as step
+
+    counted = []
+
+    def counting(batch, loss_fn, target_key):
+        counted.append(batch)
+        return loss_items(batch, loss_fn, target_key)
+
+    monkeypatch.setattr(step, "loss_items", counting)
+    torch.manual_seed(0)
+    inputs, targets = torch.randn(4, 5), torch.tensor([0, 2, 1, -100])
+    model = nn.Linear(5, 3)
+    gradients_of_one_step(model, nn.CrossEntropyLoss(), [(inputs, targets)])
+    assert counted == []
+    gradients_of_one_step(
+        model, nn.CrossEntropyLoss(), [(inputs[:2], targets[:2]), (inputs[2:], targets[2:])]
+    )
+    assert len(counted) == 2
+
+
+def transformers_collated(lines: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """As transformers' DataCollatorForLanguageModeling(mlm=False) builds a batch: the labels are the
+    input ids, -100 at padding only (the first token too is a label, which the model's shift skips)."""
+    input_ids = nn.utils.rnn.pad_sequence(lines, batch_first=True)
+    attention_mask = (
+        torch.arange(input_ids.shape[1])[None, :] < torch.tensor([len(x) for x in lines])[:, None]
+    )
+    labels = input_ids.masked_fill(~attention_mask, -100)
+    return {"input_ids": input_ids, "attention_mask": attention_mask.long(), "labels": labels}
+
+
+def test_transformers_style_causal_lm_labels_count_the_tokens_the_shifted_loss_scores(causal_lm):
+    """Labels equal to the input ids (the first token not -100): the loss scores 4 and 24 of 5 and 25
+    labels. A window is the big batch, and val/loss the mean over every scored token."""
+    window_model, big_model = twin_models(lambda: tiny_lm(causal_lm))
+    window, window_loss = gradients_of_one_step(
+        window_model, ModelLoss(), [transformers_collated([SHORT]), transformers_collated([LONG])]
+    )
+    big, big_loss = gradients_of_one_step(big_model, ModelLoss(), [transformers_collated([SHORT, LONG])])
+    assert_same_gradients(window, big)
+    assert window_loss == pytest.approx(big_loss, rel=1e-5)
+    batches = [transformers_collated([SHORT]), transformers_collated([LONG]), transformers_collated([SHORT])]
+    precision = resolve_precision("fp32", CPU)
+    values = evaluate(big_model, batches, ModelLoss(), CPU, precision, False, {}, "labels")
+    with torch.no_grad():
+        whole = big_model.eval()(**transformers_collated([SHORT, LONG, SHORT])).loss.item()
+    assert values["val/loss"] == pytest.approx(whole, rel=1e-5)
+
+
+def test_one_micro_batch_on_one_process_reads_no_count_the_model_says(causal_lm):
+    """A model that says its items, one micro-batch on one process: nothing to weigh, so the count is
+    never read (a read would be a host sync every step). Here it cannot be read (a meta tensor): the
+    step runs, its loss the model's own."""
+
+    class SaysUnreadable(ShiftsItsOwnLabels):
+        def forward(self, input_ids, lengths):
+            return SaysItsItems(super().forward(input_ids, lengths).loss, torch.empty((), device="meta"))
+
+    model, twin = twin_models(lambda: SaysUnreadable(causal_lm))
+    with torch.no_grad():
+        expected = twin(*padded([SHORT, LONG])).loss.item()
+    _, loss = gradients_of_one_step(model, ModelLoss(), [padded([SHORT, LONG])])
+    assert loss == expected

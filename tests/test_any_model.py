@@ -176,6 +176,16 @@ def test_a_sampler_that_cannot_be_built_is_one_line_before_the_run_writes(run, t
     assert "data order       data.sampler=torch.utils.data.SequentialSampler" in caplog.text
 
 
+def test_a_batch_sampler_as_data_sampler_is_one_line_before_the_run_writes(run, tmp_path):
+    with pytest.raises(UserError) as refused:
+        run(f"data.sampler={{_target_: {PLUGIN}.Buckets}}", model="mlp", dataset="pairs")
+    assert str(refused.value).startswith(
+        "data.sampler (Buckets) gave list [0, 1, 2, 3, 4, 5, 6, 7] in epoch 0; a sampler gives one sample's "
+        "index at a time"
+    )
+    assert not list((tmp_path / "run").iterdir())
+
+
 @pytest.mark.parametrize(
     "sampler",
     [

@@ -3,6 +3,7 @@
 import math
 import pickle
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -219,6 +220,19 @@ def test_the_resume_command_is_torchruns_wherever_torchrun_started_the_run(monke
     assert resume_command(Path("/runs/a")) == (
         "torchrun --standalone --nproc_per_node=2 -m runner train resume=/runs/a"
     )
+
+
+def test_the_resume_command_gives_the_runs_config_folders_and_targets_again(monkeypatch):
+    """A resume refuses to take config folders or code to build from a run directory: the printed
+    command names those this run was given; the other overrides it takes from the run directory."""
+    from runner.experiment.relaunch import resume_command
+
+    searchpath = "hydra.searchpath=[file://examples/word_lm/conf]"
+    monkeypatch.setattr(sys, "argv", ["runner", "train", searchpath, "+experiment=word_lm", "seed=3"])
+    assert resume_command(Path("/runs/a")) == f"python -m runner train resume=/runs/a '{searchpath}'"
+    own = ["model._target_=mine.Net", "data.sampler={_target_: mine.Order}"]
+    monkeypatch.setattr(sys, "argv", ["runner", "train", own[0], "seed=3", own[1]])
+    assert resume_command(Path("/runs/a")) == "python -m runner train resume=/runs/a " + shlex.join(own)
 
 
 def evaluated(capsys, *arguments: str) -> tuple[str, str]:

@@ -63,6 +63,11 @@ def process_tree(pid: int) -> list[int]:
     return tree[::-1]
 
 
+def exactly(series: list[tuple[int, float]]) -> list[tuple[int, str]]:
+    """A scalar series compared value for value, NaN equal to NaN (repr round-trips every float)."""
+    return [(step, repr(value)) for step, value in series]
+
+
 def zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
@@ -95,7 +100,10 @@ def test_two_processes_equal_one_and_resume_exactly_after_sigkill(tmp_path):
         "train.log", "train.rank1.log",
     ]  # fmt: skip
     losses_one = [v for _, v in read_scalars(tmp_path / "one")["train/loss"]]
-    assert len(read_scalars(tmp_path / "two")["train/loss"]) == len(losses_one) == 20
+    losses_two = [v for _, v in read_scalars(tmp_path / "two")["train/loss"]]
+    assert len(losses_two) == len(losses_one) == 20
+    # The mean over both processes' samples: the one process's loss, NaN at the skipped step too.
+    assert losses_two == pytest.approx(losses_one, rel=1e-5, nan_ok=True)
 
     # The same 2-process run, killed with SIGKILL at a random step and resumed, ends bit-identical.
     killed = tmp_path / "killed"
@@ -122,8 +130,8 @@ def test_two_processes_equal_one_and_resume_exactly_after_sigkill(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     for key, tensor in weights(tmp_path / "two").items():
         assert torch.equal(weights(killed)[key], tensor), key
-    for tag in ("train/loss", "train/skipped_steps"):
-        assert read_scalars(killed)[tag] == read_scalars(tmp_path / "two")[tag], tag
+    for tag in ("train/loss", "train/skipped_steps"):  # exactly (repr: the skipped step's NaN equals NaN)
+        assert exactly(read_scalars(killed)[tag]) == exactly(read_scalars(tmp_path / "two")[tag]), tag
 
     # A sweep job with two submitit tasks (as SLURM's tasks_per_node=2 gives) is the same 2-process run.
     sweep = run_cli(
@@ -211,3 +219,7 @@ def test_two_processes_weigh_padded_lm_batches_by_every_process_tokens(tmp_path,
     one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
     for key in one:
         torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5)
+    # train/loss: the window's mean over every process's tokens, as the one process logs it.
+    logged = [read_scalars(tmp_path / run)["train/loss"] for run in ("one", "two")]
+    assert [step for step, _ in logged[1]] == [step for step, _ in logged[0]]
+    assert [loss for _, loss in logged[1]] == pytest.approx([loss for _, loss in logged[0]], rel=1e-4)

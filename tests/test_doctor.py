@@ -282,6 +282,15 @@ def test_a_loss_that_more_than_doubles_advises_a_lower_learning_rate():
     assert not advises(results, "raise"), [said(r) for r in results]
 
 
+def test_the_overfit_check_starts_from_the_models_own_loss():
+    """Check 6's trial step is undone: check 8 trains from the model as built, its first loss is check
+    4's (at lr 3 the step alone took the loss from 3.965 to about 62, reported as the start)."""
+    results = doctor_on("data=text", "model=char_rnn", "optimizer.lr=3")
+    loss, overfit = results[3].found.removeprefix("loss "), results[7]
+    assert overfit.found.startswith(f"loss {loss} -> "), said(overfit)
+    assert "more than doubled" in overfit.found and overfit.advice.startswith("lower the learning rate")
+
+
 @pytest.mark.parametrize(
     "make_setup",
     [

@@ -156,3 +156,22 @@ def test_the_users_command_line(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "run" / "checkpoints" / "last.pt").exists()
     assert "val/ppl" in read_scalars(tmp_path / "run")
+
+
+def test_an_unshifted_accuracy_on_a_causal_lm_is_a_warning_naming_shift(
+    train_here, example, caplog, tmp_path
+):
+    """The labels are the input ids, the model's loss shifts them: val/acc without shift would score
+    each position against its own token. One warning names the setting; with it, none."""
+    tiny = (SEARCHPATH, "+experiment=causal_lm", "callbacks=none", "model.width=16", "model.layers=1",
+            "trainer.max_steps=1")  # fmt: skip
+    train_here(*tiny, "metrics=accuracy")
+    assert (
+        "metrics.acc: the batches' labels are their input_ids (a causal language model's, whose loss scores "
+        "position t against label t + 1), but val/acc scores position t against label t; set "
+        "metrics.acc.shift=true for next-token accuracy"
+    ) in caplog.text
+    caplog.clear()
+    shifted = train_here(*tiny, "metrics=accuracy", "+metrics.acc.shift=true", run_dir=tmp_path / "shifted")
+    assert "metrics.acc" not in caplog.text
+    assert "val/acc" in read_scalars(shifted)

@@ -2,7 +2,13 @@
 runner through its own package and config folder, trains exactly as the same recipe written by hand."""
 
 import importlib
+import os
 import random
+import shlex
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -215,3 +221,43 @@ def test_doctor_passes_the_model_that_carries_its_state(word_lm):
         target_key="labels",
     ))  # fmt: skip
     assert [result.status for result in results] == [PASS] * len(results), results
+
+
+def test_a_model_with_one_carried_state_resumes_from_a_mid_epoch_checkpoint_exactly(
+    word_lm, train_here, tmp_path
+):
+    """A model that reads and keeps one state in training and evaluation alike: the first-batch check
+    of the resumed run (a forward in eval mode) hands the state loaded from the checkpoint back as it
+    was, so step 6 goes on from step 5's state, as in the run that did not stop."""
+    one_state = (*CARRIED_RUN, "model._target_=one_state_lm.one_state_rnn_model", "trainer.max_epochs=1",
+                 "trainer.val_every_n_epochs=null")  # fmt: skip
+    straight = train_here(*one_state, "checkpoint.every_n_steps=1", "checkpoint.keep_last=100",
+                          run_dir=tmp_path / "straight")  # fmt: skip
+    step_5 = straight / "checkpoints" / "step_00000005.pt"
+    resumed = train_here(*one_state, f"resume={step_5}", run_dir=tmp_path / "resumed")
+    assert read_scalars(resumed)["train/loss"] == read_scalars(straight)["train/loss"][5:]
+
+
+@pytest.mark.slow
+def test_the_printed_resume_command_resumes_a_stopped_example_run(tmp_path):
+    """SIGTERM mid-epoch, then the command the run printed, as printed, from where it was started:
+    it resumes (the example's config folder is on it) and finishes the run."""
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "runner", "train", "hydra.searchpath=[file://examples/word_lm/conf]",
+               "+experiment=word_lm_tbptt", "checkpoint.every_n_steps=1", "trainer.max_epochs=1",
+               f"hydra.run.dir={run_dir}"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": "examples/word_lm"}
+    process = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    while not (run_dir / "checkpoints" / "step_00000002.pt").exists():
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    printed = out.split("resume with: ", 1)[1].splitlines()[0]
+    resumed = subprocess.run(shlex.split(printed.replace("python", sys.executable, 1)), cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout

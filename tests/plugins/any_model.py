@@ -328,3 +328,17 @@ class RecentLosses:
 
     def load_state_dict(self, state: dict) -> None:
         self.recent, self.mean = state["recent"], state["mean"]
+
+
+class Buckets:
+    """A batch sampler (lists of indices, as a length-bucketing sampler gives), named as data.sampler."""
+
+    def __init__(self, data_source, batch_size: int = 8):
+        self.size, self.batch_size = len(data_source), batch_size
+
+    def __iter__(self):
+        return iter([list(range(start, min(start + self.batch_size, self.size)))
+                     for start in range(0, self.size, self.batch_size)])  # fmt: skip
+
+    def __len__(self) -> int:
+        return -(-self.size // self.batch_size)

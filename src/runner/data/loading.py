@@ -3,6 +3,7 @@
 import copy
 import itertools
 import math
+import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -75,7 +76,7 @@ class SamplerOrder(EpochSampler):
         if self.order_epoch != self.epoch:
             if hasattr(self.sampler, "set_epoch"):  # DistributedSampler's protocol: an order per epoch
                 self.sampler.set_epoch(self.epoch)
-            order = [int(index) for index in self.sampler]
+            order = [sample_index(index, self.sampler, self.epoch) for index in self.sampler]
             if len(order) != self.dataset_size:
                 raise UserError(
                     f"data.sampler ({type(self.sampler).__name__}) gave {len(order)} indices in epoch "
@@ -103,6 +104,20 @@ class SamplerOrder(EpochSampler):
             self.sampler.load_state_dict(state["sampler"])
         elif state["generator"] is not None:
             self.sampler.generator.set_state(state["generator"])
+
+
+def sample_index(index: Any, sampler: Sampler, epoch: int) -> int:
+    """One index of ``data.sampler``'s order: a whole number (a Python, NumPy or 0-d tensor integer);
+    anything else, such as a batch sampler's list of indices, is named in one line."""
+    try:
+        return operator.index(index)
+    except TypeError:
+        shown = f"{type(index).__name__} {index!r}"
+        raise UserError(
+            f"data.sampler ({type(sampler).__name__}) gave {shown[:80]} in epoch {epoch}; a sampler gives "
+            "one sample's index at a time (a batch sampler's lists of indices are not taken: data.batch_size "
+            "makes the batches)"
+        ) from None
 
 
 def is_stream(dataset: Any) -> bool:

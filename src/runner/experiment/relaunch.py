@@ -2,12 +2,15 @@
 
 Under torchrun every worker is started by torchrun's agent, so the agent's own command line (its
 parent process's) holds the options the user gave: the process count, the nodes, the rendezvous.
-The resume command keeps those options and runs ``-m runner train resume=RUN_DIR``. Where that
-command line cannot be read (no ``/proc``), it is rebuilt from what torchrun exports to its workers.
+The resume command keeps those options and runs ``-m runner train resume=RUN_DIR``, with the run's
+config folders and ``_target_`` overrides (a resume never takes them from the run directory). Where
+that command line cannot be read (no ``/proc``), it is rebuilt from what torchrun exports to its
+workers.
 """
 
 import os
 import shlex
+import sys
 from pathlib import Path
 
 # What a command line starts torchrun with, and how the printed command names it.
@@ -16,8 +19,10 @@ LAUNCHERS = {("-m", "torch.distributed.run"): "python -m torch.distributed.run",
 
 def resume_command(run_dir: Path) -> str:
     """``python -m runner train resume=RUN_DIR``, or under torchrun the torchrun command that resumes
-    with the same processes (a checkpoint resumes only with the world size that saved it)."""
-    resume = ["-m", "runner", "train", f"resume={run_dir}"]
+    with the same processes (a checkpoint resumes only with the world size that saved it); with the
+    config folders and ``_target_``s this run was given, which a resume takes only from its own
+    command line, never from the run directory."""
+    resume = ["-m", "runner", "train", f"resume={run_dir}", *given_again(sys.argv[1:])]
     if not os.environ.get("TORCHELASTIC_RUN_ID"):  # set by torchrun for every worker it starts
         return shlex.join(["python", *resume])
     launched = torchrun_options(parent_command_line())
@@ -27,6 +32,17 @@ def resume_command(run_dir: Path) -> str:
     command = " ".join([launcher, shlex.join([*options, *resume])])
     several_nodes = os.environ.get("WORLD_SIZE", "1") != os.environ.get("LOCAL_WORLD_SIZE", "1")
     return command + (" (on every node, as the run was started)" if several_nodes else "")
+
+
+def given_again(arguments: list[str]) -> list[str]:
+    """The arguments of this process's command line that a resume needs again, as it takes them only
+    from its own command line: the config folders (``hydra.searchpath``) and the code to build (any
+    override naming a ``_target_``)."""
+    return [
+        argument
+        for argument in arguments
+        if argument.lstrip("+").startswith("hydra.searchpath=") or "_target_" in argument
+    ]
 
 
 def parent_command_line() -> list[str]:

@@ -52,7 +52,7 @@ from runner.training.engine import (
     steps_per_epoch,
 )
 from runner.training.fit_check import check_fit
-from runner.training.metrics import check_metrics_fit_loss
+from runner.training.metrics import check_metrics_fit_loss, unshifted_accuracy_warning
 from runner.training.seeding import draw_seed
 from runner.training.speed import apply_speed_settings
 from runner.training.step import Learner
@@ -186,11 +186,17 @@ def train_in_this_process(
     loaders = Loaders(
         prepared.train_loader, prepared.train_sampler, prepared.val_loader, stream_restored, position, seed
     )
+
+    def check_first(batch: Any) -> None:
+        check_fit(model, batch, parts.loss_fn, device, precision.autocast, config.data.target_key)
+        if warning := unshifted_accuracy_warning(
+            settings.metrics, parts.loss_fn, batch, config.data.target_key
+        ):
+            log.warning(warning)
+
     loaders.started = start_with_checked_batch(
-        loaders, state, parts.loss_fn, config.data.target_key,
-        check=lambda batch: check_fit(model, batch, parts.loss_fn, device, precision.autocast,
-                                      config.data.target_key),
-    )  # fmt: skip
+        loaders, state, parts.loss_fn, config.data.target_key, check=check_first
+    )
 
     # Everything is built and loaded, and the data fits: from here on the run writes into its directory.
     resumed_from = f"{found.path} (step {state.step}, epoch {state.epoch})" if found else None

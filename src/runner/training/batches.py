@@ -195,7 +195,8 @@ def loss_name(loss_fn: Callable) -> str:
 def loss_items(batch: Any, loss_fn: Callable, target_key: str = "labels") -> int | float:
     """How many items the loss over ``batch`` averages, read from the batch before the model runs (the
     step weights each micro-batch by it): :func:`loss_elements` of the targets, which for
-    ``loss=from_model`` are a mapping's labels (those not -100, as transformers counts them)."""
+    ``loss=from_model`` are a mapping's labels (those not -100 that its loss scores:
+    :func:`scored_targets`)."""
     samples = count_samples(batch, target_key)
     mapping = as_mapping(batch)
     if is_pair(batch) and not isinstance(loss_fn, ModelLoss):
@@ -204,8 +205,27 @@ def loss_items(batch: Any, loss_fn: Callable, target_key: str = "labels") -> int
         targets = mapping.get(target_key)
     else:  # a model's own loss on a tuple or a tensor: it says its count in its output, or samples
         targets = None
-    count = loss_elements(loss_fn, targets, samples)
+    count = loss_elements(loss_fn, scored_targets(batch, targets, loss_fn), samples)
     return count.item() if isinstance(count, torch.Tensor) else count
+
+
+def scored_targets(batch: Any, targets: Any, loss_fn: Callable) -> Any:
+    """The targets a model's own loss scores. A causal language model in transformers' convention
+    takes its inputs as its labels (``labels`` equal to ``input_ids`` wherever they are not -100) and
+    shifts them inside: position t predicts label t + 1, so no sequence's first label is scored. Those
+    labels with the first of each sequence ignored (without a read on the host); other targets as
+    they are."""
+    mapping = as_mapping(batch)
+    if not isinstance(loss_fn, ModelLoss) or mapping is None or not isinstance(targets, torch.Tensor):
+        return targets
+    inputs = mapping.get("input_ids")
+    if not isinstance(inputs, torch.Tensor) or inputs.shape != targets.shape or targets.ndim < 2:
+        return targets
+    ignored = targets == ModelLoss.ignore_index
+    causal = ((targets == inputs) | ignored).all()
+    first_ignored = targets.clone()
+    first_ignored[..., 0] = ModelLoss.ignore_index
+    return torch.where(causal, first_ignored, targets)
 
 
 def items_in_outputs(outputs: Any) -> int | float | torch.Tensor | None:

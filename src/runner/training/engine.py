@@ -29,6 +29,7 @@ from runner.training.callbacks import Callbacks, Context, detached
 from runner.training.carried import carried_state_of
 from runner.training.collation import first_batch
 from runner.training.device import to_floats
+from runner.training.distributed import sum_across_processes
 from runner.training.metrics import unlogged_metrics_warning
 from runner.training.schedules import Schedule
 from runner.training.step import Learner, StepResult, accumulation_windows, clipped_norm, train_step
@@ -175,7 +176,7 @@ def step_scalars(
 ) -> dict[str, float]:
     """What a log step records, read from the device in one go."""
     scalars = {
-        "train/loss": result.loss,
+        "train/loss": mean_over_processes(result, learner.processes),
         "train/grad_norm": result.grad_norm_before_clip,
         "train/lr": result.lr,
     }
@@ -189,6 +190,18 @@ def step_scalars(
     scalars = to_floats(scalars)
     scalars["train/grad_norm_clipped"] = clipped_norm(scalars["train/grad_norm"], settings.clip_norm)
     return scalars
+
+
+def mean_over_processes(result: StepResult, processes: int) -> torch.Tensor:
+    """The window's loss over every process's items (one collective, at log steps only): the loss of
+    the whole window, as one process of all the batches logs it. Each process's own mean is weighted
+    by its items; one with none (all padding) adds nothing."""
+    if processes == 1:
+        return result.loss
+    loss = result.loss.detach().float()
+    weighted = loss * result.items if result.items else torch.zeros_like(loss)
+    totals = sum_across_processes(torch.stack([weighted, torch.full_like(loss, result.items)]))
+    return totals[0] / totals[1]  # no items anywhere: NaN, as one process logs it
 
 
 def validate(

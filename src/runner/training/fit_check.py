@@ -3,6 +3,7 @@ anything: a mismatch (shapes, dtypes, class labels out of range) is one line nam
 not a traceback at step 1. An error raised in the user's own code keeps its traceback: it is theirs
 to read."""
 
+import copy
 import sysconfig
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -13,6 +14,7 @@ import torch
 
 import runner
 from runner.training.batches import BatchError, ModelLoss, describe, forward, to_device
+from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.modes import evaluation_mode
 
 # Code that is not the user's: the standard library, installed packages, runner itself.
@@ -61,7 +63,10 @@ def check_fit(
     autocast: Callable[[], AbstractContextManager], target_key: str,
 ) -> None:  # fmt: skip
     """The model and the loss on ``batch`` once, in eval mode without gradients: no random draws, no
-    statistics updated, so the run trains exactly as it would without the check."""
+    statistics updated, a carried state (``carried.py``) handed back as it was (a resumed run's, loaded
+    from its checkpoint, goes on from there), so the run trains exactly as it would without the check."""
+    carried = carried_state_of(model)
+    kept = None if isinstance(carried, NoCarriedState) else copy.deepcopy(carried.state_dict())
     checked_loss = loss_fn
     if not isinstance(loss_fn, ModelLoss):
 
@@ -84,3 +89,6 @@ def check_fit(
             "that the model config matches the data (data.input_shape, data.num_outputs) and the loss "
             "matches the targets; python -m runner doctor runs the debugging checklist"
         ) from None
+    finally:
+        if kept is not None:
+            carried.load_state_dict(kept)

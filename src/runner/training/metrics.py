@@ -100,6 +100,35 @@ def check_metrics_fit_loss(metrics: Mapping[str, Any], loss_fn: Callable) -> Non
             )
 
 
+def unshifted_accuracy_warning(
+    metrics: Mapping[str, Any], loss_fn: Callable, batch: Any, target_key: str
+) -> str | None:
+    """A causal language model in transformers' convention (its labels are its ``input_ids``; its own
+    loss shifts them, position t predicting label t + 1) validated with an unshifted accuracy, which
+    scores position t against label t: a number that means nothing. Read from the first batch."""
+    from runner.training.batches import ModelLoss, as_mapping
+
+    names = [name for name, metric in metrics.items() if isinstance(metric, Accuracy) and not metric.shift]
+    mapping = as_mapping(batch)
+    if not names or not isinstance(loss_fn, ModelLoss) or mapping is None:
+        return None
+    labels, inputs = mapping.get(target_key), mapping.get("input_ids")
+    if (
+        not (isinstance(labels, torch.Tensor) and isinstance(inputs, torch.Tensor))
+        or labels.shape != inputs.shape
+    ):
+        return None
+    kept = labels != ModelLoss.ignore_index
+    if not kept.any() or not torch.equal(labels[kept], inputs[kept]):
+        return None
+    name = names[0]
+    return (
+        f"metrics.{name}: the batches' {target_key} are their input_ids (a causal language model's, whose "
+        f"loss scores position t against label t + 1), but val/{name} scores position t against label t; "
+        f"set metrics.{name}.shift=true for next-token accuracy"
+    )
+
+
 def unlogged_metrics_warning(metrics: Mapping[str, Any], values: Mapping[str, float]) -> str | None:
     """What to say when a validation gives no value for metrics the run plan lists; None when it
     gives them all."""

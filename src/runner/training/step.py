@@ -53,6 +53,7 @@ class StepResult:
     applied: bool  # False: a non-finite gradient, the update was skipped
     samples: int  # in the window
     group_lrs: tuple[float, ...] = ()  # every parameter group's rate, when there are several
+    items: float = 1.0  # what ``loss`` averages over (tokens, samples): with several processes, its weight
     # With keep_last: the window's last micro-batch (on the device) and what the model returned for it.
     last_batch: Any = None
     last_outputs: Any = None
@@ -92,8 +93,12 @@ def train_step(
     micro-batch and its outputs (for callbacks); off, nothing holds them past the step."""
     model, precision, optimizer = learner.model, learner.precision, learner.optimizer
     samples = sum(count_samples(batch, learner.target_key) for batch in window)
-    items = [loss_items(batch, learner.loss_fn, learner.target_key) for batch in window]
-    shares = item_shares(items, all_processes(sum(items), learner.processes), learner.processes)
+    # One micro-batch on one process needs no weight: its targets are not read (on a device, a read of
+    # them would be a host sync per step).
+    weighed = len(window) > 1 or learner.processes > 1
+    items = [loss_items(batch, learner.loss_fn, learner.target_key) for batch in window] if weighed else [1]
+    all_items = all_processes(sum(items), learner.processes)
+    shares = item_shares(items, all_items, learner.processes)
     said: list[torch.Tensor] = []  # the items a model with its own loss says it averaged over
     losses, weighted_losses = [], []
     for index, batch in enumerate(window):
@@ -106,10 +111,15 @@ def train_step(
             # Outputs (an LM's logits) kept past the micro-batch only when asked: they cost memory.
             outputs = result.outputs if keep_last else None
             del result
-            if said or (index == 0 and told is not None):
+            if weighed and (said or (index == 0 and told is not None)):
                 said.append(torch.as_tensor(items[index] if told is None else told, device=learner.device))
-                if index == 0:  # what every process weighs its micro-batches against: the same number
+                if index == 0:  # what every process weighs its micro-batches against: the same number,
+                    # any but 0 (a first micro-batch of padding alone says 0): the rescale cancels it.
+                    # Then a micro-batch's items as the batches count them, so that no weight is far
+                    # from 1 (under fp16 loss scaling a large one would overflow the gradients).
                     reference = summed(said[0].float(), learner.processes)
+                    typical = max(all_items / len(window), 1)
+                    reference = reference.where(reference != 0, typical)
             # Weight each micro-batch's mean loss by its share of the items the window's loss averages
             # over (samples; tokens where the loss ignores padding): the summed gradient is then the
             # gradient of the mean loss over the whole window and every process (whose gradients are
@@ -146,8 +156,9 @@ def train_step(
         precision.scaler.step(optimizer)  # under loss scaling it sees an overflow and skips the step
         precision.scaler.update()
     optimizer.zero_grad(set_to_none=True)
-    # The loss logged: this process's mean over its window's items. A micro-batch with no items (every
-    # target ignored) adds nothing: its own mean is 0/0, its gradient zero.
+    # This process's mean over its window's items (the log step averages it over every process's items).
+    # A micro-batch with no items (every target ignored) adds nothing: its own mean is 0/0, its gradient
+    # zero.
     counts = [float(count) for count in said] if said else items
     kept = [index for index, count in enumerate(counts) if count] or list(range(len(window)))
     if len(window) == 1:
@@ -157,8 +168,11 @@ def train_step(
     else:
         total = sum(counts[index] for index in kept) or 1
         window_loss = sum(losses[index].float() * (counts[index] / total) for index in kept)
+    window_items = float(sum(counts[index] for index in kept))
     last = (batch, outputs) if keep_last else (None, None)
-    return StepResult(window_loss, grad_norm_before_clip, lr, applied, samples, group_lrs, *last)
+    return StepResult(
+        window_loss, grad_norm_before_clip, lr, applied, samples, group_lrs, window_items, *last
+    )
 
 
 def item_shares(items: list[int | float], all_items: int | float, processes: int) -> list[float]:

@@ -16,6 +16,7 @@ from runner.training.batches import (
     items_in_outputs,
     logits_of,
     loss_elements,
+    scored_targets,
     to_device,
 )
 from runner.training.device import to_floats
@@ -58,8 +59,12 @@ def evaluate(
                 result = forward(model, batch, loss_fn, target_key)
             count = items_in_outputs(result.outputs) if isinstance(loss_fn, ModelLoss) else None
             if count is None:
-                count = loss_elements(loss_fn, result.targets, count_samples(batch, target_key))
-            loss_sum += result.loss.float() * count
+                scored = scored_targets(batch, result.targets, loss_fn)
+                count = loss_elements(loss_fn, scored, count_samples(batch, target_key))
+            # A batch whose targets are all ignored (all padding) has no items: its own mean is 0/0
+            # (NaN), and it adds nothing to the mean over the items of the others.
+            weighted = result.loss.float() * count
+            loss_sum += weighted.where(torch.as_tensor(count, device=device) != 0, 0.0)
             elements = elements + count  # class weights make it a float
             logits = logits_of(result.outputs)
             if logits is not None and isinstance(result.targets, torch.Tensor):

@@ -96,7 +96,8 @@ def check_gradients(probe: Probe) -> Finding:
 
 def check_update(probe: Probe) -> Finding:
     """One step of the run's optimizer with check 5's gradients. A step that leaves the parameters, or
-    the loss on the same batch, NaN or Inf fails and is undone: the later checks test the model."""
+    the loss on the same batch, NaN or Inf fails. The step is undone either way: the later checks test
+    the model (the overfit check starts from its loss, as a run does)."""
     model = probe.setup.model
     trainable = {id(p): n for n, p in model.named_parameters() if p.requires_grad}
     if not trainable:
@@ -122,11 +123,11 @@ def check_update(probe: Probe) -> Finding:
     lrs = sorted({group["lr"] for group in optimizer.param_groups})
     rates = ", ".join(f"{lr:g}" for lr in lrs)
     blown_up = blow_up(probe, broken_before, loss_before, rates)
+    with torch.no_grad():  # the later checks test the model, not this step's effect
+        for name, parameter in model.named_parameters():
+            parameter.copy_(before[name])
     if blown_up is not None:
         probe.advised_lower_lr = True
-        with torch.no_grad():  # the later checks test the model, not this step's damage
-            for name, parameter in model.named_parameters():
-                parameter.copy_(before[name])
         return blown_up
     if not changed:
         reason = "optimizer.lr=0" if lrs == [0] else "no gradient reached the optimizer"
