@@ -47,7 +47,7 @@ def test_the_bar_shows_samples_per_second_and_an_eta_for_this_process_after_a_re
     clock = iter([0.0, 5.0]).__next__
     shown = io.StringIO()
     progress = Progress(1000, initial_step=500, file=shown, clock=clock)
-    progress.update(550, {"train/loss": 0.25, "train/lr": 1e-3, "perf/samples_per_sec": 320.0})
+    progress.update(550, {"train/loss": 0.25, "train/lr": 1e-3, "vitals/samples_per_sec": 320.0})
     bar = shown.getvalue().split("\r")[-1]
     assert "550/1000" in bar
     assert "eta 00:45" in bar

@@ -70,7 +70,7 @@ def test_a_run_records_its_config_and_its_end_for_the_hparams_tab(train_here):
     assert sorted(path.name for path in run_dir.glob("events.out.tfevents.*"))[0] == HPARAMS_FILE
 
     scalars = read_scalars(run_dir)
-    assert not [tag for tag in scalars if not tag.startswith(("train/", "val/", "perf/"))]
+    assert not [tag for tag in scalars if not tag.startswith(("train/", "val/", "vitals/"))]
     losses = [value for _, value in scalars["val/loss"]]
     best = [value for _, value in scalars["val/loss_best"]]
     assert best == pytest.approx([min(losses[: i + 1]) for i in range(len(losses))])
@@ -211,7 +211,7 @@ def test_tensorboard_compares_the_runs_of_a_sweep_by_what_differs(tmp_path):
 
         tags = server.get("/data/plugin/scalars/tags")
         for run, run_tags in tags.items():
-            assert all(tag.startswith(("train/", "val/", "perf/")) for tag in run_tags), run
+            assert all(tag.startswith(("train/", "val/", "vitals/")) for tag in run_tags), run
     finally:
         server.stop()
 

@@ -20,7 +20,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from runner.observe.events import wall_time_span
 from runner.observe.hparams import HPARAMS_FILE
-from runner.observe.records import RESULT_FILE, best_tag
+from runner.observe.records import RESULT_FILE, best_tag, current_tag
 from runner.observe.sweep_hparams import EXPERIMENT_FILE
 
 if TYPE_CHECKING:  # matplotlib is optional (the sweeps extra) and slow to import
@@ -145,7 +145,7 @@ def read_scalars(run_dir: Path) -> dict[str, list[ScalarEvent]]:
         return {}
     accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     accumulator.Reload()
-    return {tag: accumulator.Scalars(tag) for tag in accumulator.Tags()["scalars"]}
+    return {current_tag(tag): accumulator.Scalars(tag) for tag in accumulator.Tags()["scalars"]}
 
 
 def read_job(run_dir: Path) -> JobFiles:
