@@ -19,6 +19,7 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+import runner.cli.sweep_job_dirs  # noqa: F401  (the resolvers that name a sweep's job directories)
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value

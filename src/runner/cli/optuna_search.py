@@ -27,6 +27,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from runner.config.errors import ConfigError
+from runner.config.job_dirs import find_job_dir
 from runner.config.trust import targets_in
 from runner.observe.records import recorded_result
 from runner.search import trials_not_run
@@ -398,7 +399,7 @@ class OptunaSearch:
             while number < self.n_trials and len(batch) < self.n_jobs:
                 earlier_trial = mine.get(number)
                 if is_finished(earlier_trial, sweep_dir, number):
-                    self.tell_if_untold(study, earlier_trial, sweep_dir / str(number), objectives)
+                    self.tell_if_untold(study, earlier_trial, job_dir(sweep_dir, number), objectives)
                     number += 1
                     if batch:
                         break
@@ -412,7 +413,7 @@ class OptunaSearch:
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)  # not a job's log
             returns += launched
             outcomes = [
-                self.tell(study, trial.number, job_return, sweep_dir / str(job), objectives)
+                self.tell(study, trial.number, job_return, job_dir(sweep_dir, job), objectives)
                 for (job, trial), job_return in zip(batch, launched, strict=True)
             ]
             failed += outcomes.count("failed")
@@ -530,6 +531,12 @@ def own_trials(study: optuna.Study, sweep_dir: Path, own_only: bool) -> dict[int
     return mine
 
 
+def job_dir(sweep_dir: Path, number: int) -> Path:
+    """Job ``number``'s directory (``003_optimizer.lr=0.01``); where it has none yet, a path that holds
+    nothing (no result)."""
+    return find_job_dir(sweep_dir, number) or sweep_dir / str(number)
+
+
 def is_finished(trial: Any, sweep_dir: Path, number: int) -> bool:
     """Whether job ``number`` finished (ok or pruned): its trial says so, or its ``result.json`` does
     (the sweep was stopped before the study was told)."""
@@ -537,7 +544,7 @@ def is_finished(trial: Any, sweep_dir: Path, number: int) -> bool:
         return False
     if trial.state in FINISHED:
         return True
-    return trial.state == optuna.trial.TrialState.RUNNING and recorded_result(sweep_dir / str(number)).get(
+    return trial.state == optuna.trial.TrialState.RUNNING and recorded_result(job_dir(sweep_dir, number)).get(
         "status"
     ) in ("ok", "pruned")
 

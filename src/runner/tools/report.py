@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator, ScalarEvent
 
+from runner.config.job_dirs import job_number
 from runner.observe.events import wall_time_span
 from runner.observe.hparams import HPARAMS_FILE
 from runner.observe.records import RESULT_FILE, best_tag, current_tag
@@ -79,13 +80,12 @@ def has_events(directory: Path) -> bool:
 
 
 def find_runs(directory: Path) -> list[Path]:
-    """A single run directory, or the job directories of a sweep (numbered ones in order)."""
+    """A single run directory, or the job directories of a sweep (numbered ones by number)."""
     if has_events(directory) or (directory / RESULT_FILE).exists():
         return [directory]
     jobs = [path for path in directory.iterdir() if path.is_dir() and (path / ".hydra").is_dir()]
     return sorted(
-        jobs,
-        key=lambda path: (not path.name.isdigit(), int(path.name) if path.name.isdigit() else 0, path.name),
+        jobs, key=lambda path: (job_number(path.name) is None, job_number(path.name) or 0, path.name)
     )
 
 
@@ -244,7 +244,7 @@ def summarise_run(job: JobFiles, monitor: str, mode: str) -> RunSummary:
     all_events = [event for events in job.scalars.values() for event in events]
     wall = wall_seconds_of(job)
     return RunSummary(
-        name=job.directory.name,
+        name=str(number) if (number := job_number(job.directory.name)) is not None else job.directory.name,
         overrides=job.overrides,
         status=job.result.get("status", "incomplete"),
         best=best,
