@@ -80,7 +80,7 @@ def test_grid_sweep_summarises_itself(tmp_path):
         assert f"optimizer.lr={hparams['optimizer.lr']:g}" in overrides
         assert f"seed={hparams['seed']}" in overrides  # an integer, recorded as its text
         # The hparams live in the job's own run, not in a stray sub-run.
-        assert not [path for path in job_dir.iterdir() if path.is_dir() and any(path.glob("events.*"))]
+        assert not [path for path in run.iterdir() if path.is_dir() and any(path.glob("events.*"))]
 
 
 def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
@@ -250,23 +250,23 @@ def test_an_optuna_search_prunes_the_trials_that_fall_behind(tmp_path, launcher)
     assert pruned, results  # the search pruned at least one trial
     assert all(r["status"] == "ok" for job, r in results.items() if job not in pruned)
     trials = own_trials(f"sqlite:///{directory / 'optuna.db'}")
-    assert {str(job) for job, t in trials.items() if t.state == optuna.trial.TrialState.PRUNED} == set(pruned)
+    assert {job for job, t in trials.items() if t.state == optuna.trial.TrialState.PRUNED} == set(pruned)
     output = result.stdout + result.stderr
     rows = {row["job"]: row for row in summary_rows(directory)}
     summary = (directory / "summary.md").read_text()
     for job, step in pruned.items():
         assert 0 < step < 20
         if launcher == "submitit_local":  # a submitit job's console is its log under .submitit/
-            said = (directory / job / "train.log").read_text()
+            said = (job_dir(directory, job) / "train.log").read_text()
             assert "pruned in " in said and f"at step {step}; best val/loss" in said
         else:
             assert f"[job {job}] pruned in " in output and f"at step {step}; best val/loss" in output
-        assert rows[job]["status"] == "pruned" and rows[job]["pruned_at_step"] == str(step)
-        assert rows[job]["steps"] == str(step)
+        assert rows[str(job)]["status"] == "pruned" and rows[str(job)]["pruned_at_step"] == str(step)
+        assert rows[str(job)]["steps"] == str(step)
         assert f"| {job} | pruned at step {step} |" in summary
-        assert (directory / job / "checkpoints" / "last.pt").is_file()  # its checkpoints and events kept
-        assert max(step for step, _ in read_scalars(directory / job)["val/loss"]) == step
-        assert trials[int(job)].last_step == step * 16  # reported at samples seen (batch size 16)
+        assert (job_dir(directory, job) / "checkpoints" / "last.pt").is_file()  # its checkpoints, events kept
+        assert max(step for step, _ in read_scalars(job_dir(directory, job))["val/loss"]) == step
+        assert trials[job].last_step == step * 16  # reported at samples seen (batch size 16)
 
 
 def test_a_multi_objective_search_summarises_its_pareto_front(tmp_path):
