@@ -2,13 +2,15 @@
 the order is the browser's, from the page a headless chromium draws: the tag groups a person opens the
 Scalars tab for come first, and runs keep unique, readable names."""
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
-from conftest import TINY, read_scalars
+from conftest import TINY, read_scalars, run_cli
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 from test_hparams import TensorBoard
@@ -67,3 +69,33 @@ def test_an_older_runs_perf_tags_read_as_vitals(tmp_path):
     scalars = report_scalars(tmp_path)
     assert list(scalars) == ["vitals/samples_per_sec"]
     assert [(event.step, event.value) for event in scalars["vitals/samples_per_sec"]] == [(3, 512.0)]
+
+
+@pytest.mark.slow
+def test_tensorboard_on_outputs_names_each_run_uniquely_and_readably(tmp_path):
+    """Two runs started together and a sweep: ``tensorboard --logdir outputs`` names each run
+    by its directory, so single runs are their date and time (and a suffix), a sweep's jobs their
+    sweep's, their number and what they swept, listed in job order."""
+    command = [sys.executable, "-m", "runner", "train", *TINY]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = [
+        subprocess.Popen(command, cwd=tmp_path, env=environment, stderr=subprocess.PIPE) for _ in range(2)
+    ]
+    sweep = run_cli("train", "-m", "optimizer.lr=0.001,0.01", "seed=0,1", *TINY, cwd=tmp_path)
+    assert sweep.returncode == 0, sweep.stderr
+    for run in runs:
+        assert run.wait(timeout=240) == 0, run.stderr.read()
+    server = TensorBoard(tmp_path / "outputs")
+    try:
+        names = list(wait_for_runs(server, 6))
+    finally:
+        server.stop()
+    singles = [name for name in names if not name.startswith("multirun/")]
+    jobs = [name.rsplit("/", 1) for name in names if name.startswith("multirun/")]
+    assert len(singles) == 2 and len(set(singles)) == 2
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d-[0-9a-f]{4}", name) for name in singles), singles
+    assert len({sweep_dir for sweep_dir, _ in jobs}) == 1
+    assert sorted(job for _, job in jobs) == [
+        "000_optimizer.lr=0.001,seed=0", "001_optimizer.lr=0.001,seed=1",
+        "002_optimizer.lr=0.01,seed=0", "003_optimizer.lr=0.01,seed=1",
+    ]  # fmt: skip
