@@ -66,7 +66,7 @@ def sweep_job_dir(command_line: str, *, _root_: Any) -> str:
     swept, jobs = sweep_plan(json.loads(command_line), hydra.get("sweeper"))
     own = parsed(str(line) for line in hydra.overrides.task)
     settings = [
-        (o.get_key_element(), o.input_line.split("=", 1)[1]) for o in own if o.get_key_element() in swept
+        (o.get_key_element(), o.input_line.partition("=")[2]) for o in own if o.get_key_element() in swept
     ]
     return job_dir_name(int(number), jobs, settings)
 
