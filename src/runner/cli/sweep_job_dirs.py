@@ -58,7 +58,7 @@ def sweep_job_dir(command_line: str, *, _root_: Any) -> str:
     directory (a continued sweep, one named the old way) keeps it."""
     hydra = _root_.hydra
     number = OmegaConf.select(hydra, "job.num", throw_on_missing=False)
-    if number is None:  # not a job's config (--cfg hydra --resolve of a sweep)
+    if number is None:  # not a job's config: a run's, shown by --cfg hydra --resolve
         return "${hydra.job.num}"
     found = find_job_dir(Path(str(hydra.sweep.dir)), int(number))
     if found is not None:
