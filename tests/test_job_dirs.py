@@ -13,6 +13,7 @@ from runner.checkpoint.locate import checkpoint_to_evaluate, locate_checkpoint
 from runner.cli.arguments import CommandLine, quoted
 from runner.cli.hydra_app import CONFIG_DIR
 from runner.cli.sweep_job_dirs import sweep_plan
+from runner.cli.train import with_resume
 from runner.config.job_dirs import NAME_BYTES, find_job_dir, job_dir_name, job_number, numbered
 from runner.tools.report import find_runs
 
@@ -148,3 +149,21 @@ def test_a_path_with_the_characters_of_hydras_syntax_is_one_override():
         (parsed,) = CommandLine.parse([f"hydra.run.dir={quoted(text)}"]).overrides
         assert parsed.value() == text
     assert quoted("plain/path-1.pt") == "plain/path-1.pt"
+
+
+def test_a_resume_of_a_job_named_by_its_settings_continues_in_that_directory(train_here, tmp_path):
+    """``resume=<job dir>`` as a shell completes it: the rewritten command line gives Hydra the job's own
+    directory and checkpoint, whatever characters of Hydra's syntax the name holds."""
+    job = train_here(
+        *TINY, "optimizer.lr=0.01", "seed=1", run_dir=tmp_path / "sweep" / "003_optimizer.lr=0.01,seed=1"
+    )
+    (job / ".hydra").mkdir()
+    (job / ".hydra" / "overrides.yaml").write_text("- optimizer.lr=0.01\n- seed=1\n")
+    for given in (str(job), str(tmp_path / "sweep" / "3")):
+        command_line, found = with_resume(
+            CommandLine.parse([f"resume={given}", "trainer.max_steps=6"]), set()
+        )
+        assert found.run_dir == job
+        values = {override.key_or_group: override.value() for override in command_line.overrides}
+        assert values["hydra.run.dir"] == str(job) and values["resume"] == str(found.path)
+        assert values["optimizer.lr"] == 0.01 and values["seed"] == 1 and values["trainer.max_steps"] == 6
