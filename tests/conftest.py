@@ -1,5 +1,6 @@
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,13 @@ def run_example(name: str, *overrides: str, run_dir: Path):
         "train", f"hydra.searchpath=[file://examples/{name}/conf]", f"+experiment={name}", *overrides,
         f"hydra.run.dir={run_dir}", cwd=REPO, env={"PYTHONPATH": f"examples/{name}"},
     )  # fmt: skip
+
+
+def job_dir(sweep_dir: Path, number: int) -> Path:
+    """Job ``number``'s directory in a sweep Hydra ran: named by its number, zero-padded, then the
+    settings the sweep varies (``003_optimizer.lr=0.01,seed=1``); the only one with that number."""
+    (found,) = [path for path in sweep_dir.iterdir() if re.fullmatch(rf"0*{number}(_.*)?", path.name)]
+    return found
 
 
 def event_files(run_dir: Path) -> list[Path]:

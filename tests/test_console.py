@@ -13,7 +13,7 @@ import sys
 import termios
 
 import pytest
-from conftest import REPO, TINY, read_scalars, run_cli
+from conftest import REPO, TINY, job_dir, read_scalars, run_cli
 
 from runner.observe.console import OneLinePerJob, job_ended, job_started, sweep_job_console
 from runner.observe.progress import Progress, RateWindow
@@ -47,7 +47,7 @@ def test_the_bar_shows_samples_per_second_and_an_eta_for_this_process_after_a_re
     clock = iter([0.0, 5.0]).__next__
     shown = io.StringIO()
     progress = Progress(1000, initial_step=500, file=shown, clock=clock)
-    progress.update(550, {"train/loss": 0.25, "train/lr": 1e-3, "perf/samples_per_sec": 320.0})
+    progress.update(550, {"train/loss": 0.25, "train/lr": 1e-3, "vitals/samples_per_sec": 320.0})
     bar = shown.getvalue().split("\r")[-1]
     assert "550/1000" in bar
     assert "eta 00:45" in bar
@@ -157,8 +157,8 @@ def test_a_sweep_prints_one_line_per_job_at_its_start_and_end_and_its_plan_to_tr
     assert "#0 : " not in output and "#1 : " not in output  # Hydra's start lines: runner's say it
     assert output.count("Launching 2 jobs locally") == 1
     (sweep,) = (tmp_path / "outputs" / "multirun").glob("*/*")
-    for job in ("0", "1"):
-        logged = (sweep / job / "train.log").read_text()
+    for job in (0, 1):
+        logged = (job_dir(sweep, job) / "train.log").read_text()
         assert "run plan" in logged and PROGRESS_LINE.search(logged)
 
 

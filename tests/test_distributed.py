@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, event_files, read_scalars, run_cli
+from conftest import REPO, event_files, job_dir, read_scalars, run_cli
 
 pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
 
@@ -141,9 +141,9 @@ def test_two_processes_equal_one_and_resume_exactly_after_sigkill(tmp_path):
     )  # fmt: skip
     assert sweep.returncode == 0, sweep.stderr
     for key, tensor in weights(tmp_path / "two").items():
-        assert torch.equal(weights(tmp_path / "sweep" / "0")[key], tensor), key
-    assert "x 2 processes" in (tmp_path / "sweep" / "0" / "train.log").read_text()
-    assert (tmp_path / "sweep" / "0" / "train.rank1.log").read_text() == ""  # warnings only, and none
+        assert torch.equal(weights(job_dir(tmp_path / "sweep", 0))[key], tensor), key
+    assert "x 2 processes" in (job_dir(tmp_path / "sweep", 0) / "train.log").read_text()
+    assert (job_dir(tmp_path / "sweep", 0) / "train.rank1.log").read_text() == ""  # warnings only, and none
 
 
 def test_sigterm_stops_every_rank_at_one_step_and_resume_needs_the_same_world_size(tmp_path):
@@ -187,10 +187,12 @@ def test_a_sweep_under_torchrun_runs_each_job_on_every_rank(tmp_path):
     (sweep_dir,) = (tmp_path / "outputs" / "multirun").glob("*/*")
     with open(sweep_dir / "summary.csv") as handle:
         assert [row["status"] for row in csv.DictReader(handle)] == ["ok", "ok"]
-    for job in ("0", "1"):
-        assert "x 2 processes" in (sweep_dir / job / "train.log").read_text()
-        assert (sweep_dir / job / "train.rank1.log").read_text() == ""
-        assert len(event_files(sweep_dir / job)) == 1  # rank 0's only
+    # Every rank names each job's directory alike: one directory per job, shared by both ranks.
+    assert sorted(path.name for path in sweep_dir.iterdir() if path.is_dir()) == ["000_seed=0", "001_seed=1"]
+    for job in (0, 1):
+        assert "x 2 processes" in (job_dir(sweep_dir, job) / "train.log").read_text()
+        assert (job_dir(sweep_dir, job) / "train.rank1.log").read_text() == ""
+        assert len(event_files(job_dir(sweep_dir, job))) == 1  # rank 0's only
 
     optuna = torchrun("-m", "hparams_search=digits_optuna", cwd=tmp_path)
     assert optuna.returncode != 0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, composed, read_scalars, run_cli
+from conftest import TINY, composed, job_dir, read_scalars, run_cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 
@@ -70,7 +70,7 @@ def test_a_run_records_its_config_and_its_end_for_the_hparams_tab(train_here):
     assert sorted(path.name for path in run_dir.glob("events.out.tfevents.*"))[0] == HPARAMS_FILE
 
     scalars = read_scalars(run_dir)
-    assert not [tag for tag in scalars if not tag.startswith(("train/", "val/", "perf/"))]
+    assert not [tag for tag in scalars if not tag.startswith(("train/", "val/", "vitals/"))]
     losses = [value for _, value in scalars["val/loss"]]
     best = [value for _, value in scalars["val/loss_best"]]
     assert best == pytest.approx([min(losses[: i + 1]) for i in range(len(losses))])
@@ -197,21 +197,21 @@ def test_tensorboard_compares_the_runs_of_a_sweep_by_what_differs(tmp_path):
         seen = {}
         for group in groups:
             (session,) = group["sessions"]
-            job = Path(session["name"]).name
+            job = int(Path(session["name"]).name.split("_")[0])  # 003_optimizer.lr=0.01,seed=1: job 3
             values = {metric["name"]["tag"]: metric["value"] for metric in session["metricValues"]}
             seen[job] = (group["hparams"], values, session["status"])
         assert {(h["optimizer.lr"], h["seed"]) for h, _, _ in seen.values()} == {
             (lr, seed) for lr in (0.001, 0.01) for seed in ("0", "1")
         }
-        assert seen["3"][0]["trainer.max_steps"] == "6" and seen["0"][0]["trainer.max_steps"] == "4"
+        assert seen[3][0]["trainer.max_steps"] == "6" and seen[0][0]["trainer.max_steps"] == "4"
         assert all(status == "STATUS_SUCCESS" for _, _, status in seen.values())
         for job, (_, values, _) in seen.items():
-            best = json.loads((sweep / job / "result.json").read_text())["best"]
+            best = json.loads((job_dir(sweep, job) / "result.json").read_text())["best"]
             assert values["val/loss_best"] == pytest.approx(best, rel=1e-6)
 
         tags = server.get("/data/plugin/scalars/tags")
         for run, run_tags in tags.items():
-            assert all(tag.startswith(("train/", "val/", "perf/")) for tag in run_tags), run
+            assert all(tag.startswith(("train/", "val/", "vitals/")) for tag in run_tags), run
     finally:
         server.stop()
 

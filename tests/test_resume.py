@@ -352,7 +352,7 @@ def test_submitit_preemption_saves_requeues_and_the_job_resumes(tmp_path, refere
          f"hydra.sweep.dir={sweep_dir}"],
         cwd=tmp_path, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    job_dir = sweep_dir / "0"
+    job_dir = sweep_dir / "000"  # job 0, the sweep varies nothing: named by its number only
     task = submitit_task_pid(sweep_dir / ".submitit", process)
     wait_for_checkpoint(job_dir, 8, process)
     os.kill(task, signal.SIGUSR2)

@@ -11,7 +11,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from runner.cli.optuna_search import name_objectives, objectives_of, search_space
+from runner.cli.optuna_settings import objectives_of
+from runner.cli.optuna_space import search_space
+from runner.cli.optuna_study import name_objectives
 from runner.config.errors import ConfigError
 from runner.search.continuation import OtherJobInTheWay, earlier_job
 from runner.search.gpus import claimed_gpu

@@ -15,7 +15,7 @@ import optuna
 import pytest
 import torch
 import yaml
-from conftest import REPO, read_scalars, run_cli
+from conftest import REPO, job_dir, read_scalars, run_cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -63,19 +63,25 @@ def test_grid_sweep_summarises_itself(tmp_path):
         "| job | status | optimizer.lr | seed | best val/loss (min) |"
         in (directory / "summary.md").read_text()
     )
+    # Each job's directory (and TensorBoard run) is named by its number, zero-padded, and what it swept:
+    # listed by name, the jobs are in order.
+    assert sorted(path.name for path in directory.iterdir() if path.is_dir()) == [
+        "000_optimizer.lr=0.001,seed=0", "001_optimizer.lr=0.001,seed=1",
+        "002_optimizer.lr=0.01,seed=0", "003_optimizer.lr=0.01,seed=1",
+    ]  # fmt: skip
     for job in range(4):
-        job_dir = directory / str(job)
-        assert (job_dir / "checkpoints" / "last.pt").exists()
-        scalars = read_scalars(job_dir)
+        run = job_dir(directory, job)
+        assert (run / "checkpoints" / "last.pt").exists()
+        scalars = read_scalars(run)
         assert float(rows[[r["job"] for r in rows].index(str(job))]["best_val_loss"]) == pytest.approx(
             min(value for _, value in scalars["val/loss"]), rel=1e-3
         )
-        hparams = hparams_of_run(job_dir)
-        overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text())
+        hparams = hparams_of_run(run)
+        overrides = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
         assert f"optimizer.lr={hparams['optimizer.lr']:g}" in overrides
         assert f"seed={hparams['seed']}" in overrides  # an integer, recorded as its text
         # The hparams live in the job's own run, not in a stray sub-run.
-        assert not [path for path in job_dir.iterdir() if path.is_dir() and any(path.glob("events.*"))]
+        assert not [path for path in run.iterdir() if path.is_dir() and any(path.glob("events.*"))]
 
 
 def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
@@ -126,7 +132,7 @@ def test_a_failing_job_does_not_stop_the_others(tmp_path):
     rows = {row["job"]: row for row in summary_rows(directory)}
     assert rows["1"]["status"] == "failed" and rows["1"]["best_val_loss"] == ""
     assert rows["0"]["status"] == rows["2"]["status"] == "ok"
-    log = (directory / "1" / "train.log").read_text()
+    log = (job_dir(directory, 1) / "train.log").read_text()
     assert "Traceback" in log and "deliberate failure for the test" in log
 
 
@@ -136,7 +142,7 @@ def test_report_rebuilds_the_summary_of_an_interrupted_sweep(tmp_path):
     directory = sweep_dir(tmp_path)
     for name in ("summary.csv", "summary.md", "summary.png"):
         (directory / name).unlink()
-    (directory / "1" / "result.json").unlink()  # as if job 1 had been killed
+    (job_dir(directory, 1) / "result.json").unlink()  # as if job 1 had been killed
     report = run_cli("report", str(directory), cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     rows = {row["job"]: row for row in summary_rows(directory)}
@@ -145,9 +151,9 @@ def test_report_rebuilds_the_summary_of_an_interrupted_sweep(tmp_path):
     assert (directory / "summary.png").exists()
     assert "| job | status | optimizer.lr |" in report.stdout
 
-    single = run_cli("report", str(directory / "0"), cwd=tmp_path)
+    single = run_cli("report", str(directory / "0"), cwd=tmp_path)  # job 0, by its number
     assert single.returncode == 0, single.stderr
-    assert len(summary_rows(directory / "0")) == 1
+    assert len(summary_rows(job_dir(directory, 0))) == 1
 
 
 def test_sweeps_started_together_get_their_own_directories(tmp_path):
@@ -189,7 +195,7 @@ def test_sigterm_stops_a_sweep_saving_the_running_job_and_naming_the_jobs_not_ru
     returncode, err = sigterm_when(
         ["train", "-m", *TINY, "trainer.max_steps=400", "data.dataset._target_=slow_data.slow_classification",
          "+data.dataset.seconds_per_item=0.002", "checkpoint.every_n_steps=1", "seed=1,2,3"],
-        tmp_path, lambda: bool(list(tmp_path.glob("outputs/multirun/*/*/0/checkpoints/step_*.pt"))),
+        tmp_path, lambda: bool(list(tmp_path.glob("outputs/multirun/*/*/000_*/checkpoints/step_*.pt"))),
         env={"PYTHONPATH": plugins + os.pathsep + os.environ.get("PYTHONPATH", "")},
     )  # fmt: skip
     assert returncode == 143, err
@@ -197,8 +203,8 @@ def test_sigterm_stops_a_sweep_saving_the_running_job_and_naming_the_jobs_not_ru
     assert "the sweep was stopped by SIGTERM" in err
     assert "jobs not run: 1 (seed=2); 2 (seed=3)" in err
     directory = sweep_dir(tmp_path)
-    assert (directory / "0" / "checkpoints" / "last.pt").is_file()
-    assert sorted(path.name for path in directory.iterdir() if path.is_dir()) == ["0"]
+    assert (job_dir(directory, 0) / "checkpoints" / "last.pt").is_file()
+    assert sorted(path.name for path in directory.iterdir() if path.is_dir()) == ["000_seed=1"]
     rows = summary_rows(directory)
     assert [row["job"] for row in rows] == ["0"] and rows[0]["status"] == "incomplete"
 
@@ -210,7 +216,9 @@ SEARCH = (
 
 
 def results_of(directory):
-    return {path.parent.name: json.loads(path.read_text()) for path in directory.glob("*/result.json")}
+    """Each job's result.json, by job number."""
+    results = directory.glob("*/result.json")
+    return {int(path.parent.name.split("_")[0]): json.loads(path.read_text()) for path in results}
 
 
 def own_trials(storage):
@@ -243,23 +251,23 @@ def test_an_optuna_search_prunes_the_trials_that_fall_behind(tmp_path, launcher)
     assert pruned, results  # the search pruned at least one trial
     assert all(r["status"] == "ok" for job, r in results.items() if job not in pruned)
     trials = own_trials(f"sqlite:///{directory / 'optuna.db'}")
-    assert {str(job) for job, t in trials.items() if t.state == optuna.trial.TrialState.PRUNED} == set(pruned)
+    assert {job for job, t in trials.items() if t.state == optuna.trial.TrialState.PRUNED} == set(pruned)
     output = result.stdout + result.stderr
     rows = {row["job"]: row for row in summary_rows(directory)}
     summary = (directory / "summary.md").read_text()
     for job, step in pruned.items():
         assert 0 < step < 20
         if launcher == "submitit_local":  # a submitit job's console is its log under .submitit/
-            said = (directory / job / "train.log").read_text()
+            said = (job_dir(directory, job) / "train.log").read_text()
             assert "pruned in " in said and f"at step {step}; best val/loss" in said
         else:
             assert f"[job {job}] pruned in " in output and f"at step {step}; best val/loss" in output
-        assert rows[job]["status"] == "pruned" and rows[job]["pruned_at_step"] == str(step)
-        assert rows[job]["steps"] == str(step)
+        assert rows[str(job)]["status"] == "pruned" and rows[str(job)]["pruned_at_step"] == str(step)
+        assert rows[str(job)]["steps"] == str(step)
         assert f"| {job} | pruned at step {step} |" in summary
-        assert (directory / job / "checkpoints" / "last.pt").is_file()  # its checkpoints and events kept
-        assert max(step for step, _ in read_scalars(directory / job)["val/loss"]) == step
-        assert trials[int(job)].last_step == step * 16  # reported at samples seen (batch size 16)
+        assert (job_dir(directory, job) / "checkpoints" / "last.pt").is_file()  # its checkpoints, events kept
+        assert max(step for step, _ in read_scalars(job_dir(directory, job))["val/loss"]) == step
+        assert trials[job].last_step == step * 16  # reported at samples seen (batch size 16)
 
 
 def test_a_multi_objective_search_summarises_its_pareto_front(tmp_path):
@@ -289,7 +297,7 @@ def test_a_multi_objective_search_summarises_its_pareto_front(tmp_path):
 def stop_during_job_1(command, cwd, env=None):
     """Start a sweep, SIGTERM it once job 0 has finished and job 1 has saved a checkpoint; return how
     it ended."""
-    return sigterm_when(command, cwd, lambda: bool(list(cwd.glob("sweep/1/checkpoints/step_*.pt"))), env)
+    return sigterm_when(command, cwd, lambda: bool(list(cwd.glob("sweep/001_*/checkpoints/step_*.pt"))), env)
 
 
 def untouched(job_dir):
@@ -359,7 +367,7 @@ def test_a_stopped_grid_sweep_continues_with_the_same_command(tmp_path):
     assert returncode == 143, err
     assert "jobs not run: 2 (seed=3)" in err and "run the same command with hydra.sweep.dir=sweep" in err
     directory = tmp_path / "sweep"
-    finished = untouched(directory / "0")
+    finished = untouched(job_dir(directory, 0))
 
     again = run_cli(*command, cwd=tmp_path, env=PLUGINS)
     assert again.returncode == 0, again.stderr
@@ -367,16 +375,16 @@ def test_a_stopped_grid_sweep_continues_with_the_same_command(tmp_path):
     assert "[job 0] ok in an earlier run of this sweep (best val/loss " in output
     assert "[job 1] started: seed=2 (continuing from step " in output
     assert "[job 2] started: seed=3" in output
-    assert untouched(directory / "0") == finished  # train.log, events, checkpoints, Hydra's record
+    assert untouched(job_dir(directory, 0)) == finished  # train.log, events, checkpoints, Hydra's record
     rows = {row["job"]: row for row in summary_rows(directory)}
     assert [rows[job]["status"] for job in "012"] == ["ok", "ok", "ok"]
     assert all(rows[job]["steps"] == "60" for job in "012")
-    steps = [step for step, _ in read_scalars(directory / "1")["train/loss"]]
+    steps = [step for step, _ in read_scalars(job_dir(directory, 1))["train/loss"]]
     assert steps == sorted(set(steps))  # one continuous curve: the lost steps were not logged twice
 
     single = run_cli("train", *TINY[:4], *SLOW, "seed=2", "hydra.run.dir=single", cwd=tmp_path, env=PLUGINS)
     assert single.returncode == 0, single.stderr
-    continued = torch.load(directory / "1" / "checkpoints" / "last.pt")["model_state_dict"]
+    continued = torch.load(job_dir(directory, 1) / "checkpoints" / "last.pt")["model_state_dict"]
     never_stopped = torch.load(tmp_path / "single" / "checkpoints" / "last.pt")["model_state_dict"]
     for key, tensor in never_stopped.items():
         assert torch.equal(continued[key], tensor), key
@@ -389,28 +397,28 @@ def test_sigterm_while_a_job_starts_stops_the_sweep_there(tmp_path):
     returncode, err = sigterm_when(
         ["train", "-m", *TINY[:4], *SLOW, "+data.dataset.seconds_to_build=3", "seed=1,2,3",
          "hydra.sweep.dir=sweep"],
-        tmp_path, lambda: (sweep / "0" / "result.json").exists() and (sweep / "1").exists(), PLUGINS,
+        tmp_path, lambda: bool(list(sweep.glob("000_*/result.json")) and list(sweep.glob("001_*"))), PLUGINS,
         settle=0.5,  # job 1 is loading its data
     )  # fmt: skip
     assert returncode == 143, err
     assert "SIGTERM received: the sweep stops" in err and "Traceback" not in err
     assert "jobs not run: 2 (seed=3)" in err
     directory = tmp_path / "sweep"
-    assert torch.load(directory / "1" / "checkpoints" / "last.pt")["global_step"] == 1
+    assert torch.load(job_dir(directory, 1) / "checkpoints" / "last.pt")["global_step"] == 1
     assert [row["status"] for row in summary_rows(directory)] == ["ok", "incomplete"]
 
 
 def test_a_sweep_directory_of_another_sweep_is_refused_and_left_as_it_was(tmp_path):
     first = run_cli("train", "-m", *TINY, "seed=1,2", "hydra.sweep.dir=sweep", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    before = untouched(tmp_path / "sweep" / "0")
+    before = untouched(job_dir(tmp_path / "sweep", 0))
     other = run_cli("train", "-m", *TINY, "seed=5,6", "hydra.sweep.dir=sweep", cwd=tmp_path)
     assert other.returncode == 2
     assert "holds a run of other settings (seed (1 there, 5 now)): this sweep directory belongs to " in (
         other.stderr
     )
     assert "Traceback" not in other.stderr
-    assert untouched(tmp_path / "sweep" / "0") == before
+    assert untouched(job_dir(tmp_path / "sweep", 0)) == before
 
 
 def test_a_stopped_optuna_search_continues_its_study_with_the_same_command(tmp_path):
@@ -426,7 +434,7 @@ def test_a_stopped_optuna_search_continues_its_study_with_the_same_command(tmp_p
     stopped = own_trials(storage)
     assert stopped[0].state == optuna.trial.TrialState.COMPLETE
     assert stopped[1].state == optuna.trial.TrialState.RUNNING
-    finished = untouched(directory / "0")
+    finished = untouched(job_dir(directory, 0))
 
     again = run_cli(*command, cwd=tmp_path, env=PLUGINS)
     assert again.returncode == 0, again.stderr
@@ -434,14 +442,14 @@ def test_a_stopped_optuna_search_continues_its_study_with_the_same_command(tmp_p
     assert "continuing: 1 done before" in output
     assert "[job 0]" not in output  # the search does not launch a finished job at all
     assert "[job 1] started: " in output and " (continuing from step " in output
-    assert untouched(directory / "0") == finished
+    assert untouched(job_dir(directory, 0)) == finished
     trials = own_trials(storage)
     assert sorted(trials) == [0, 1, 2, 3]
     assert len(optuna.load_study(study_name="digits_optuna", storage=storage).trials) == 4
     assert all(trial.state == optuna.trial.TrialState.COMPLETE for trial in trials.values())
     assert trials[1].params == stopped[1].params and trials[1].number == stopped[1].number
     results = results_of(directory)
-    assert all(results[str(job)]["best"] == pytest.approx(trials[job].value) for job in trials)
+    assert all(results[job]["best"] == pytest.approx(trials[job].value) for job in trials)
 
 
 def free_port():
@@ -540,11 +548,11 @@ def test_a_finished_search_run_again_with_other_settings_is_refused(tmp_path):
     first = run_cli("train", "-m", *SEARCH, "trainer.max_steps=4", "hydra.sweeper.n_trials=2",
                     "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
     assert first.returncode == 0, first.stderr
-    before = {name: untouched(tmp_path / "sweep" / name) for name in ("0", "1")}
+    before = {job: untouched(job_dir(tmp_path / "sweep", job)) for job in (0, 1)}
     multirun = (tmp_path / "sweep" / "multirun.yaml").read_bytes()
     other = run_cli("train", "-m", *SEARCH, "trainer.max_steps=4", "hydra.sweeper.n_trials=2", "seed=7",
                     "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
     assert other.returncode == 2, other.stderr
     assert "the sweep directory belongs to another search" in other.stderr and "Traceback" not in other.stderr
-    assert {name: untouched(tmp_path / "sweep" / name) for name in ("0", "1")} == before
+    assert {job: untouched(job_dir(tmp_path / "sweep", job)) for job in (0, 1)} == before
     assert (tmp_path / "sweep" / "multirun.yaml").read_bytes() == multirun

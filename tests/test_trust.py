@@ -14,7 +14,8 @@ from hydra.utils import instantiate
 
 from runner.checkpoint.files import atomic_save
 from runner.cli.hydra_app import CONFIG_DIR
-from runner.cli.optuna_search import search_space, tell_study
+from runner.cli.optuna_space import search_space
+from runner.cli.optuna_study import tell_study
 from runner.config.errors import ConfigError
 from runner.config.trust import check_config_from_file, folder_targets
 from runner.config.typed import as_dict, typed_config

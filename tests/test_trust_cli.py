@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 import torch
-from conftest import TINY, run_cli
+from conftest import TINY, job_dir, run_cli
 
 from runner.checkpoint.files import atomic_save
 
@@ -97,8 +97,8 @@ def test_resume_auto_and_a_continued_sweep_build_only_the_command_lines_config(t
 
     sweep = ("train", "-m", *TINY, "seed=1,2", "hydra.sweep.dir=sweep")
     assert run_cli(*sweep, cwd=tmp_path).returncode == 0
-    (tmp_path / "sweep" / "1" / "result.json").unlink()  # as if stopped before it ended
-    forge_checkpoints(tmp_path / "sweep" / "1", marker)
+    (job_dir(tmp_path / "sweep", 1) / "result.json").unlink()  # as if stopped before it ended
+    forge_checkpoints(job_dir(tmp_path / "sweep", 1), marker)
     again = run_cli(*sweep, cwd=tmp_path)
     refused_in_one_line(again, "holds a run of other settings (metrics.acc.extra (")
     assert not marker.exists()
@@ -159,4 +159,4 @@ def test_a_continued_search_never_unpickles_sampler_state_from_its_study(tmp_pat
     continued = run_cli("train", "-m", *SEARCH, "hydra.sweeper.n_trials=2", cwd=tmp_path)
     assert continued.returncode == 0, continued.stderr
     assert "continuing: 1 done before" in continued.stdout + continued.stderr
-    assert (tmp_path / "sweep" / "1" / "result.json").is_file() and not marker.exists()
+    assert (job_dir(tmp_path / "sweep", 1) / "result.json").is_file() and not marker.exists()

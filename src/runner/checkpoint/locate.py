@@ -17,6 +17,7 @@ from runner.checkpoint.files import (
     written_at,
 )
 from runner.config.errors import ConfigError
+from runner.config.job_dirs import numbered
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ def checkpoint_to_evaluate(path: Path) -> Path:
     """``eval ckpt=<run dir>`` (or its ``checkpoints/`` folder): the run's ``best.pt``, the one it kept
     for its monitored metric; without a valid one, its newest valid checkpoint, as a resume takes it.
     A checkpoint file (or a sharded checkpoint's folder) is itself."""
+    path = numbered(path)
     if not path.is_dir() or is_sharded_folder(path):
         return path
     folder = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
@@ -83,7 +85,7 @@ def locate_checkpoint(request: str, outputs_dir: Path) -> Found:
         return found
     shown = request if len(request) <= 120 else request[:100] + f"... ({len(request)} characters)"
     try:
-        path = Path(request).expanduser()
+        path = numbered(Path(request).expanduser())  # <sweep dir>/3: job 3, whatever else its name holds
         if path.is_file() or is_sharded_folder(path):
             if path.resolve().parent.name != CHECKPOINT_DIR:
                 raise ConfigError(

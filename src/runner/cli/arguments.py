@@ -1,6 +1,7 @@
 """The command line, parsed once into one object. Rewrites (resume, torchrun) are pure functions over
 it that return a new one; nothing here reads or writes files or ``sys.argv``."""
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,27 @@ HYDRA_FLAGS = {
     "-m", "--multirun", "-sc", "--shell-completion",
 }  # fmt: skip
 CONFIG_NAME_FLAGS = ("-cn", "--config-name")
+# Overrides whose value is a path: a sweep job's directory holds ``=`` and ``,`` in its name
+# (``003_optimizer.lr=0.01,seed=1``), which Hydra's syntax reads as its own outside quotes.
+PATH_KEYS = ("resume",)
+PLAIN = re.compile(r"[A-Za-z0-9_./\-+@%:]*")
+
+
+def quoted(value: str) -> str:
+    """``value`` as an override's value Hydra reads back as it is: quoted where it holds characters of
+    Hydra's syntax (a backslash escaped only before a quote, as Hydra reads it)."""
+    if PLAIN.fullmatch(value):
+        return value
+    escaped = re.sub(r"(\\*)('|$)", lambda found: found[1] * 2 + ("\\'" if found[2] else ""), value)
+    return f"'{escaped}'"
+
+
+def path_override(text: str) -> str:
+    """``resume=<sweep dir>/003_optimizer.lr=0.01,seed=1`` as a shell completes it, quoted for Hydra."""
+    key, given, value = text.partition("=")
+    if key not in PATH_KEYS or not given or value[:1] in ("'", '"') or not re.search(r"[=,]", value):
+        return text
+    return f"{key}={quoted(value)}"
 
 
 def parse_overrides(texts: Sequence[str]) -> tuple[Override, ...]:
@@ -63,7 +85,7 @@ class CommandLine:
 
     @classmethod
     def parse(cls, arguments: Iterable[str]) -> "CommandLine":
-        arguments = tuple(arguments)
+        arguments = tuple(path_override(argument) for argument in arguments)
         return cls(arguments, parse_overrides(override_texts(arguments)))
 
     @property
@@ -108,8 +130,9 @@ class CommandLine:
 
 
 def value_text(override: Override) -> str:
-    """An override's value as written (``resume=latest`` -> ``latest``)."""
-    return override.input_line.split("=", 1)[1]
+    """An override's value as written (``resume=latest`` -> ``latest``); a quoted one without its quotes."""
+    text, value = override.input_line.split("=", 1)[1], override.value()
+    return value if isinstance(value, str) and text[:1] in ("'", '"') else text
 
 
 def reapplied(command_line: CommandLine, original: Sequence[str]) -> list[str]:
@@ -129,7 +152,9 @@ def resumed(
         command_line.without(*requests)
         .plus(*reapplied(command_line, original), first=True)
         .plus(
-            f"resume={checkpoint}", f"hydra.run.dir={run_dir}", f"hydra.output_subdir=.hydra/resume-{stamp}"
+            f"resume={quoted(checkpoint)}",
+            f"hydra.run.dir={quoted(run_dir)}",
+            f"hydra.output_subdir=.hydra/resume-{stamp}",
         )
     )
 

@@ -20,6 +20,7 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+import runner.cli.sweep_job_dirs  # noqa: F401  (the resolvers that name a sweep's job directories)
 from runner.checkpoint.durable import NO_SPACE, REFUSED_WRITES, refused_write
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with

@@ -99,20 +99,21 @@ def main_report(arguments: list[str]) -> None:
         print(REPORT_HELP, end="")
         raise SystemExit(0)
     from runner.checkpoint.durable import WriteError
+    from runner.config.job_dirs import numbered
     from runner.tools.report import write_summary
 
     if len(arguments) != 1:
         got = " ".join(arguments) or "nothing"
         exit_with(ConfigError(f"report takes one directory (a sweep or a run); got {got}"))
-    if not Path(arguments[0]).is_dir():
-        what = "it is a file" if Path(arguments[0]).exists() else "there is no such directory"
+    directory = numbered(Path(arguments[0]))  # <sweep dir>/3: job 3, whatever else its name holds
+    if not directory.is_dir():
+        what = "it is a file" if directory.exists() else "there is no such directory"
         exit_with(
             ConfigError(
                 f"report {arguments[0]}: {what}; give a sweep's or a run's directory "
                 "(outputs/multirun/<date>/<time>-<suffix>, outputs/<date>/<time>-<suffix>)"
             )
         )
-    directory = Path(arguments[0])
     try:
         write_summary(directory)
     except FileNotFoundError as error:

@@ -8,6 +8,7 @@ from contextlib import ExitStack
 from typing import TextIO
 
 from runner.observe.console import bar_kept, bar_wanted, lines_above_bars, set_bar_drawn
+from runner.observe.records import SAMPLES_PER_SEC
 
 log = logging.getLogger("runner")
 RATE_WINDOW_S = 10.0
@@ -83,11 +84,11 @@ class Progress:
             self.console.callback(set_bar_drawn, False)
 
     def update(self, step: int, scalars: Mapping[str, float]) -> None:
-        """At a log step. ``perf/samples_per_sec`` covers the steps since the previous log step."""
+        """At a log step. ``vitals/samples_per_sec`` covers the steps since the previous log step."""
         if self.bar is None:
             return
         now = self.clock()
-        self.window.add(now, step, scalars["perf/samples_per_sec"] * (now - self.last_time))
+        self.window.add(now, step, scalars[SAMPLES_PER_SEC] * (now - self.last_time))
         self.last_time = now
         self.bar.n = step
         self.bar.set_postfix_str(self.status(step, scalars), refresh=False)

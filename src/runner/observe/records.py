@@ -12,6 +12,18 @@ import yaml
 from runner.checkpoint.durable import write_text, writing
 
 RESULT_FILE = "result.json"
+# How fast the run goes and the memory it holds: TensorBoard lists its tag groups by name, so these sort
+# after ``train/`` and ``val/``, the curves a person opens the Scalars tab for.
+SAMPLES_PER_SEC = "vitals/samples_per_sec"
+MAX_MEMORY_ALLOCATED = "vitals/max_memory_allocated_gib"
+# Their names in the event files of runs written before (read as the names above).
+FORMER_TAGS = {"perf/samples_per_sec": SAMPLES_PER_SEC, "perf/max_memory_allocated_gib": MAX_MEMORY_ALLOCATED}
+
+
+def current_tag(tag: str) -> str:
+    """A tag read from an event file, by today's name (``perf/samples_per_sec`` of an older run is
+    ``vitals/samples_per_sec``)."""
+    return FORMER_TAGS.get(tag, tag)
 
 
 def best_tag(monitor: str) -> str:

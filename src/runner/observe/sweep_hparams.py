@@ -2,8 +2,8 @@
 that names the columns, rewritten whenever one of its jobs starts or ends (a resumed job too).
 
 Without one, TensorBoard lists every setting of the runs (sorted by name, differing ones first) and
-every scalar as a metric (sorted by name: ``perf/`` and ``train/`` before ``val/``), and its HParams
-tab ticks the first five of each: constants and throughput, not the objective. The record names the
+every scalar as a metric (sorted by name: ``train/`` before ``val/``), and its HParams
+tab ticks the first five of each: constants and training curves, not the objective. The record names the
 settings that differ between the sweep's jobs (all ticked, their values' range as TensorBoard would
 compute it) and the validation metrics, ``val/<monitor>_best`` first, then the monitored metric, then
 the others. The jobs' own records keep their whole config.

@@ -21,9 +21,10 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator, ScalarEvent
 
 from runner.checkpoint.durable import WriteError, atomic_write, writing
+from runner.config.job_dirs import job_number
 from runner.observe.events import wall_time_span
 from runner.observe.hparams import HPARAMS_FILE
-from runner.observe.records import RESULT_FILE, best_tag
+from runner.observe.records import RESULT_FILE, best_tag, current_tag
 from runner.observe.sweep_hparams import EXPERIMENT_FILE
 
 if TYPE_CHECKING:  # matplotlib is optional (the sweeps extra) and slow to import
@@ -82,13 +83,12 @@ def has_events(directory: Path) -> bool:
 
 
 def find_runs(directory: Path) -> list[Path]:
-    """A single run directory, or the job directories of a sweep (numbered ones in order)."""
+    """A single run directory, or the job directories of a sweep (numbered ones by number)."""
     if has_events(directory) or (directory / RESULT_FILE).exists():
         return [directory]
     jobs = [path for path in directory.iterdir() if path.is_dir() and (path / ".hydra").is_dir()]
     return sorted(
-        jobs,
-        key=lambda path: (not path.name.isdigit(), int(path.name) if path.name.isdigit() else 0, path.name),
+        jobs, key=lambda path: (job_number(path.name) is None, job_number(path.name) or 0, path.name)
     )
 
 
@@ -154,7 +154,7 @@ def read_scalars(run_dir: Path) -> dict[str, list[ScalarEvent]]:
         return {}
     accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     accumulator.Reload()
-    return {tag: accumulator.Scalars(tag) for tag in accumulator.Tags()["scalars"]}
+    return {current_tag(tag): accumulator.Scalars(tag) for tag in accumulator.Tags()["scalars"]}
 
 
 def read_job(run_dir: Path) -> JobFiles:
@@ -253,7 +253,7 @@ def summarise_run(job: JobFiles, monitor: str, mode: str) -> RunSummary:
     all_events = [event for events in job.scalars.values() for event in events]
     wall = wall_seconds_of(job)
     return RunSummary(
-        name=job.directory.name,
+        name=str(number) if (number := job_number(job.directory.name)) is not None else job.directory.name,
         overrides=job.overrides,
         status=job.result.get("status", "incomplete"),
         best=best,

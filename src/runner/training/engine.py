@@ -22,7 +22,7 @@ from runner.config.errors import ConfigError, UserError
 from runner.config.monitors import check_monitored
 from runner.data.loading import EpochSampler, StreamPosition, batches_per_epoch, epoch_batches, read_ahead
 from runner.observe.progress import Progress
-from runner.observe.records import best_tag
+from runner.observe.records import MAX_MEMORY_ALLOCATED, SAMPLES_PER_SEC, best_tag
 from runner.observe.writer import MetricLogger, NullLogger
 from runner.training.batches import check_structure
 from runner.training.callbacks import Callbacks, Context, detached
@@ -341,10 +341,10 @@ def fit(
                 if state.step % settings.log_every_n_steps == 0 or state.step == total_steps:
                     scalars = step_scalars(result, state, learner, settings)
                     now = time.perf_counter()  # after the read above: on a GPU it waits for the step
-                    scalars["perf/samples_per_sec"] = samples_since_log / max(now - last_log_time, 1e-9)
+                    scalars[SAMPLES_PER_SEC] = samples_since_log / max(now - last_log_time, 1e-9)
                     samples_since_log, last_log_time = 0, now
                     if learner.device.type == "cuda":  # this process's peak so far
-                        scalars["perf/max_memory_allocated_gib"] = (
+                        scalars[MAX_MEMORY_ALLOCATED] = (
                             torch.cuda.max_memory_allocated(learner.device) / 2**30
                         )
                     state.last_train_loss, state.last_train_loss_step = scalars["train/loss"], state.step

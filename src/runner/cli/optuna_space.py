@@ -1,0 +1,145 @@
+"""What an Optuna search searches: ``hydra.sweeper.params`` and the command line's sweep overrides as
+Optuna distributions, and the fixed settings every job gets; each checked against the config before
+a trial is asked for."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, Transformer
+from omegaconf import DictConfig, OmegaConf
+
+from runner.config.errors import ConfigError
+
+
+def distribution_of(override: Override) -> optuna.distributions.BaseDistribution | None:
+    """The Optuna distribution of a param in Hydra's sweep syntax; None for a fixed value.
+    ``interval(a, b)``: floats in [a, b] (``tag(log, ...)`` on a log scale); ``range(a, b, s)``: the
+    values Hydra's range gives (b excluded), stepped; ``choice(...)``: those values."""
+    if not override.is_sweep_override():
+        return None
+    key = override.get_key_element()
+    if override.is_interval_sweep():
+        interval = override.value()
+        low, high = float(interval.start), float(interval.end)
+        log_scale = "log" in interval.tags
+        if low >= high or (log_scale and low <= 0):
+            raise ConfigError(
+                f"hydra.sweeper.params.{key}: interval({low:g}, {high:g}) is empty"
+                + (" or not positive (a log scale needs 0 < low < high)" if log_scale else "")
+            )
+        return optuna.distributions.FloatDistribution(low, high, log=log_scale)
+    values = list(override.sweep_iterator(transformer=Transformer.encode))
+    if not values:
+        raise ConfigError(f"hydra.sweeper.params.{key}: {override.input_line} gives no values")
+    if override.is_range_sweep() and not override.value().shuffle and len(values) > 1:
+        step = override.value().step
+        if all(isinstance(value, int) for value in values):
+            return optuna.distributions.IntDistribution(values[0], values[-1], step=int(step))
+        return optuna.distributions.FloatDistribution(values[0], values[-1], step=float(step))
+    return optuna.distributions.CategoricalDistribution(values)
+
+
+@dataclass
+class SearchSpace:
+    distributions: dict[str, optuna.distributions.BaseDistribution]
+    fixed: list[str]  # overrides every job gets (``key=value``), the command line's among them
+
+    def overrides(self, params: dict[str, Any]) -> list[str]:
+        return [*(f"{key}={value}" for key, value in params.items()), *self.fixed]
+
+    def holds(self, params: dict[str, Any]) -> bool:
+        """Whether ``params`` (a stored trial's, read from the study's database) are settings of this
+        search: its keys, each value one its distribution allows. Nothing else from a database becomes
+        a job's override (a stored key could name code, ``model._target_``)."""
+        if set(params) != set(self.distributions):
+            return False
+        for key, value in params.items():
+            distribution = self.distributions[key]
+            if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+                if value not in distribution.choices:
+                    return False
+            elif not isinstance(value, (int, float)) or not within(value, distribution):
+                return False
+        return True
+
+    def grid(self) -> dict[str, list[Any]]:
+        """The search space as a grid (for ``GridSampler``): every param a choice or a range."""
+        grid = {}
+        for key, distribution in self.distributions.items():
+            if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+                grid[key] = list(distribution.choices)
+            elif isinstance(distribution, optuna.distributions.IntDistribution):
+                grid[key] = list(range(distribution.low, distribution.high + 1, distribution.step))
+            elif isinstance(distribution, optuna.distributions.FloatDistribution) and distribution.step:
+                count = round((distribution.high - distribution.low) / distribution.step) + 1
+                grid[key] = [distribution.low + index * distribution.step for index in range(count)]
+            else:
+                raise ConfigError(
+                    f"hydra.sweeper.params.{key}: the grid sampler takes choice(...) or range(...), "
+                    "not an interval"
+                )
+        return grid
+
+
+def within(
+    value: float, distribution: optuna.distributions.FloatDistribution | optuna.distributions.IntDistribution
+) -> bool:
+    """In a numeric distribution's range, give or take the rounding of a float grid's points
+    (``low + index * step`` may land just above ``high``)."""
+    low, high = distribution.low, distribution.high
+    slack = 1e-9 * max(1.0, high - low)
+    return low - slack <= value <= high + slack
+
+
+def search_space(params: dict[str, str] | None, arguments: Sequence[str]) -> SearchSpace:
+    """``hydra.sweeper.params`` and the command line's overrides: each in Hydra's sweep syntax is
+    searched, the others are given to every job as they are (a key fixed on the command line is not
+    searched)."""
+    lines = [f"{key}={value}" for key, value in (params or {}).items()] + list(arguments)
+    parsed = OverridesParser.create().parse_overrides(lines)
+    distributions, fixed = {}, []
+    for override in parsed:
+        distribution = distribution_of(override)
+        if distribution is None:
+            fixed.append(override.input_line)
+        else:
+            distributions[override.get_key_element()] = distribution
+    for override in parsed:  # a fixed value (the command line's) takes the key out of the search
+        if not override.is_sweep_override():
+            distributions.pop(override.get_key_element(), None)
+    if not distributions:
+        raise ConfigError("hydra.sweeper.params: nothing to search; give each searched key a range, e.g. "
+                          "optimizer.lr: tag(log, interval(1e-4, 1e-1))")  # fmt: skip
+    return SearchSpace(distributions, fixed)
+
+
+def check_keys(space: SearchSpace, config: DictConfig) -> None:
+    """Each searched key is a setting of the composed config (or a config group), and each value it may
+    take is allowed: a typo fails here, before a trial is asked for."""
+    from runner.cli.hydra_app import group_names, options_of
+    from runner.config.checks import check_value
+
+    missing = object()
+    for key, distribution in space.distributions.items():
+        given = f"hydra.sweeper.params.{key}"
+        if key in group_names():
+            choices = getattr(distribution, "choices", ())
+            unknown = [c for c in choices if not isinstance(c, str) or c not in options_of(key)]
+            if unknown:
+                raise ConfigError(f"{given}: {unknown[0]} is not an option of {key}; {key} is one of "
+                                  f"{', '.join(options_of(key))}")  # fmt: skip
+            continue
+        if OmegaConf.select(config, key, default=missing) is missing:
+            raise ConfigError(f"{given}: the config has no key {key}")
+        if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+            values = [value for value in distribution.choices if not isinstance(value, str)]
+        else:
+            values = [distribution.low, distribution.high]
+        for value in values:
+            try:
+                check_value(key, value)
+            except ConfigError as error:
+                raise ConfigError(f"{given}: {error}") from None
