@@ -349,10 +349,11 @@ def test_sigterm_stops_a_joblib_sweep_cleanly(tmp_path):
     assert "Traceback" not in err
     assert "runner: the sweep was stopped by SIGTERM: the running jobs saved their checkpoints" in err
     assert "run the same command with hydra.sweep.dir=sweep" in err  # as the working directory sees it
-    assert sorted(path.name for path in sweep.iterdir() if path.is_dir()) == ["0", "1"]  # job 2 not run
+    jobs = [job_dir(sweep, 0), job_dir(sweep, 1)]
+    assert sorted(path for path in sweep.iterdir() if path.is_dir()) == jobs  # job 2 not run
     assert [row["status"] for row in summary_rows(sweep)] == ["incomplete", "incomplete"]
-    for job in ("0", "1"):
-        assert (sweep / job / "checkpoints" / "last.pt").is_file()
+    for job in jobs:
+        assert (job / "checkpoints" / "last.pt").is_file()
     deadline = time.monotonic() + 30
     while left_behind(process.pid) != ([], []):
         assert time.monotonic() < deadline, left_behind(process.pid)
