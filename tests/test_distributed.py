@@ -163,17 +163,19 @@ def test_sigterm_stops_every_rank_at_one_step_and_resume_needs_the_same_world_si
     out, err = process.communicate(timeout=120)
     saved = torch.load(run_dir / "checkpoints" / "last.pt")
     assert 5 <= saved["global_step"] < 60 and saved["world_size"] == 2
-    # The resume command printed is torchrun's, with the same processes: the one-process one fails.
+    # The resume command printed is torchrun's, with the same processes (the one-process one fails),
+    # and gives again the _target_ a resume takes only from its command line.
     (printed,) = re.findall(r"resume with: (.*)", out + err)
     assert printed == (
-        f"python -m torch.distributed.run --standalone --nproc_per_node=2 -m runner train resume={run_dir}"
+        f"python -m torch.distributed.run --standalone --nproc_per_node=2 -m runner train resume={run_dir} "
+        f"{OWN_DATA}"
     )
 
     alone = run_cli("train", f"resume={run_dir}", OWN_DATA, cwd=tmp_path, env=ENV)
     assert alone.returncode == 2
     assert "saved by 2 process(es), resumed with 1" in alone.stderr
 
-    command = [sys.executable, *shlex.split(printed)[1:], OWN_DATA]  # python: this test's interpreter
+    command = [sys.executable, *shlex.split(printed)[1:]]  # as printed; python: this test's interpreter
     resumed = subprocess.run(command, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=240)
     assert resumed.returncode == 0, resumed.stderr
     assert torch.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 60
