@@ -20,14 +20,15 @@ from omegaconf import DictConfig, OmegaConf
 from runner.cli import worker_stop
 from runner.cli.arguments import CommandLine, for_rank, parse_overrides, reapplied, resumed, value_text
 from runner.cli.exits import exit_with
-from runner.cli.fresh_run_dir import check_new_run_dir, refuse_existing_run
+from runner.cli.fresh_run_dir import check_new_run_dir
 from runner.cli.hydra_app import check_command_line, options_of, run_hydra, trusted_targets
 from runner.cli.submitit_tasks import submitit_tasks_as_ranks
-from runner.cli.undo import RunDirBefore, remove_new_run_dir
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import PEER_TIMEOUT_S
 from runner.config.trust import check_config_from_file, check_named, targets_in
 from runner.config.typed import as_dict, typed_config
+from runner.experiment.run_files import refuse_existing_run
+from runner.experiment.undo import RunDirBefore, remove_new_run_dir
 from runner.observe.console import (
     IN_LOG_FILE_ONLY,
     job_ended,
