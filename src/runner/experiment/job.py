@@ -17,7 +17,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.checkpoint.durable import WriteError
 from runner.checkpoint.locate import Found
@@ -41,8 +41,10 @@ from runner.observe.console import (
 )
 from runner.observe.records import RESULT_FILE, write_result
 from runner.search.continuation import EarlierJob, OtherJobInTheWay, earlier_job
-from runner.search.trial import SearchTrial
 from runner.training.distributed import in_submitit_job
+
+if TYPE_CHECKING:  # it imports optuna: only a search's jobs load it
+    from runner.search.trial import SearchTrial
 
 log = logging.getLogger("runner")
 
@@ -57,7 +59,7 @@ class Attempt:
     started: float = field(default_factory=time.time)
     config: RunConfig | None = None
     continuing: Found | None = None  # the checkpoint an earlier run of the sweep left
-    search: SearchTrial | None = None
+    search: "SearchTrial | None" = None
 
     def seconds(self) -> float:
         return time.time() - self.started
@@ -148,7 +150,7 @@ def start(cfg: Any, attempt: Attempt, build: Callable[..., Any]) -> EarlierJob |
     return earlier
 
 
-def finished_earlier(attempt: Attempt, earlier: EarlierJob) -> Any:
+def finished_earlier(attempt: Attempt, earlier: EarlierJob) -> float | None:
     """A job an earlier run of its sweep finished: not run again; its recorded best value."""
     assert attempt.config is not None
     restore_hydra_record(attempt)
