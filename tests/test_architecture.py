@@ -175,3 +175,17 @@ def test_no_import_cycles():
 
     for module in sorted(graph):
         visit(module)
+
+
+# Files a reader can hold in their head. optuna_search.py is being split on its own branch; drop it
+# from here once that lands.
+MAX_LINES = 350
+NOT_YET_SPLIT = {"runner.cli.optuna_search"}
+
+
+@pytest.mark.parametrize("module", sorted(set(MODULES) - NOT_YET_SPLIT))
+def test_no_module_is_longer_than_a_reader_holds_in_their_head(module):
+    path = PACKAGE.parent / (module.replace(".", "/") + ".py")
+    path = path if path.is_file() else path.with_suffix("") / "__init__.py"
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE.parent)} has {lines} lines; split it by job"
