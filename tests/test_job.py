@@ -13,6 +13,7 @@ from conftest import PLUGINS, TINY
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from runner.checkpoint.locate import locate_checkpoint
 from runner.cli.hydra_app import CONFIG_DIR
 from runner.config.errors import ConfigError
 from runner.experiment.job import run_job
@@ -82,6 +83,21 @@ def test_a_new_run_into_a_run_directory_is_refused_and_the_run_kept_as_it_was(tm
     hydra_writes(run_dir, "[seed=2]")  # Hydra's record of the new invocation
     with pytest.raises(ConfigError, match="already holds a run"):
         run_job(composed_cfg("seed=2"), Job(run_dir), Invocation(before=before), build=instantiate)
+    assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == files
+
+
+def test_a_resume_with_nothing_left_to_train_says_so_and_leaves_the_run_as_it_was(tmp_path, capsys):
+    """Not an error: one line, nothing trained or written, Hydra's new record of the resume taken back."""
+    run_dir = tmp_path / "run"
+    hydra_writes(run_dir)
+    run_job(composed_cfg(), Job(run_dir), Invocation(), build=instantiate)
+    files = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+    before = RunDirBefore.of(run_dir)
+    found = locate_checkpoint(str(run_dir), tmp_path)
+    hydra_writes(run_dir, f"[resume={found.path}]")
+    given = Invocation(found=found, before=before)
+    assert run_job(composed_cfg(f"resume={found.path}"), Job(run_dir), given, build=instantiate) is None
+    assert capsys.readouterr().err.startswith("runner: ")
     assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == files
 
 
