@@ -90,3 +90,14 @@ def test_the_same_sweep_run_again_runs_no_job_twice(tmp_path, capsys):
     output = capsys.readouterr()
     assert job_lines(output.out, "started") == []
     assert "[job 0] ok in an earlier run of this sweep (best val/loss" in output.out + output.err
+
+
+def test_a_resume_continues_the_run_in_its_own_directory_with_its_own_settings(tmp_path):
+    """``resume=DIR``: the run's recorded command line applied again (its seed), the new limit taken."""
+    run_dir = tmp_path / "run"
+    main_train([*TINY, "seed=3", f"hydra.run.dir={run_dir}"])
+    main_train([f"resume={run_dir}", "trainer.max_steps=6"])
+    recorded = yaml.safe_load((run_dir / "run.yaml").read_text())
+    assert recorded["seed"] == 3 and recorded["trainer"]["max_steps"] == 6
+    assert recorded_result(run_dir)["status"] == "ok"
+    assert len(list((run_dir / ".hydra").glob("resume-*"))) == 1
