@@ -26,13 +26,15 @@ class Job:
     sweep_dir: Path | None = None  # a sweep job's sweep directory
     jobs_in_this_process: bool = False  # the sweep's jobs run one after another here (basic launcher)
     jobs_in_workers: bool = False  # in worker processes of the sweep process (the joblib launcher)
-    sweeper: Mapping[str, Any] = field(default_factory=dict)  # its settings (params, objectives, pruner)
+    # The sweeper's settings (params, objectives, pruner, storage), read only by what needs them.
+    sweeper: Mapping[str, Any] = field(default_factory=dict)
     runner_search: bool = False  # the sweeper is runner's Optuna search: the job reports to its trial
     rank: int = 0  # this process's rank in a distributed run
     world_size: int = 1
 
 
 def sweep_dir_of(job: Job) -> Path:
+    """The sweep directory of a sweep job (only a sweep job's code asks for it)."""
     assert job.sweep_dir is not None, "a sweep job has a sweep directory"
     return job.sweep_dir
 
