@@ -88,6 +88,32 @@ def reached_from(module: str) -> set[str]:
     return reached
 
 
+# The lifecycle of one run or sweep job (refusals and their undo, continuing a sweep, the start and end
+# lines, the result, a sweep's stop): the command line reads Hydra's facts about the job once and hands
+# them over, so the quick lane drives it in-process (tests/test_job.py).
+JOB_LIFECYCLE = (
+    "runner.experiment.job",
+    "runner.experiment.job_facts",
+    "runner.experiment.sweep_job",
+    "runner.experiment.sweep_stop",
+    "runner.experiment.undo",
+    "runner.experiment.run_files",
+)
+
+
+@pytest.mark.parametrize("module", JOB_LIFECYCLE)
+def test_the_job_lifecycle_is_below_the_command_line_and_knows_no_hydra(module):
+    assert layer_of(module) == layer_of("runner.experiment")
+    reached = [module, *reached_from(module)]
+    crossing = sorted(
+        f"{name} (by {by})"
+        for by in reached
+        for name in MODULES[by]
+        if within(name, "hydra", "hydra_plugins", "runner.cli")
+    )
+    assert not crossing, f"{module} imports {crossing}, directly or through the modules it imports"
+
+
 @pytest.mark.parametrize("module", MATH)
 def test_the_step_and_validation_neither_print_log_nor_save(module):
     crossing = sorted(
@@ -149,3 +175,15 @@ def test_no_import_cycles():
 
     for module in sorted(graph):
         visit(module)
+
+
+# Files a reader can hold in their head.
+MAX_LINES = 350
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_is_longer_than_a_reader_holds_in_their_head(module):
+    path = PACKAGE.parent / (module.replace(".", "/") + ".py")
+    path = path if path.is_file() else path.with_suffix("") / "__init__.py"
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE.parent)} has {lines} lines; split it by job"

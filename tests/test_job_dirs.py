@@ -15,7 +15,7 @@ from runner.cli.hydra_app import CONFIG_DIR
 from runner.cli.sweep_job_dirs import sweep_plan
 from runner.cli.train import with_resume
 from runner.config.job_dirs import NAME_BYTES, find_job_dir, job_dir_name, job_number, numbered
-from runner.tools.report import find_runs
+from runner.tools.job_files import find_runs
 
 
 def hydra_config(*overrides: str, **hydra: object):

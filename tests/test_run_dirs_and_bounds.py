@@ -203,7 +203,7 @@ def test_eval_of_a_checkpoint_asking_for_too_many_workers_uses_what_this_machine
 def test_a_folder_made_ahead_for_checkpoints_is_no_run_but_one_holding_a_file_is(tmp_path):
     """A user may make (or mount) ``checkpoints/`` before the first run; once it holds anything, the
     directory holds a run that a new one must not write over."""
-    from runner.cli.fresh_run_dir import run_files_in
+    from runner.experiment.run_files import run_files_in
 
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "notes.txt").write_text("mine")

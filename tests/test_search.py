@@ -18,7 +18,7 @@ from runner.config.errors import ConfigError
 from runner.search.continuation import OtherJobInTheWay, earlier_job
 from runner.search.gpus import claimed_gpu
 from runner.search.trial import SearchTrial, TrialLink
-from runner.tools.report import summarise
+from runner.tools.run_summary import summarise
 from runner.training.callbacks import Context
 
 Float, Int, Categorical = (

@@ -12,7 +12,9 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 
 from runner.observe.records import write_result, write_run_record
 from runner.observe.writer import TensorBoardLogger
-from runner.tools.report import draw_curves, rounded, significant, summarise, write_summary
+from runner.tools.report import write_summary
+from runner.tools.run_summary import rounded, significant, summarise
+from runner.tools.summary_plot import draw_curves
 
 matplotlib.use("Agg")
 

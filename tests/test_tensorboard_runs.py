@@ -16,7 +16,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 from test_hparams import TensorBoard
 
 from runner.observe.events import tf_record
-from runner.tools.report import read_scalars as report_scalars
+from runner.tools.job_files import read_scalars as report_scalars
 
 
 def drawn_page(url: str) -> str:

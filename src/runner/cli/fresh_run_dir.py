@@ -2,7 +2,6 @@
 failed or killed) would mix two runs' checkpoints and events, and overwrite the first one's record.
 Continuing it is ``resume=``; a directory a scheduler reruns in is ``resume=auto``."""
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,31 +11,7 @@ from omegaconf import DictConfig
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
 from runner.config.errors import ConfigError
-
-# What a run writes into its directory once it has started (Hydra's record and log come before it and
-# are not a run: a run refused or killed during its set-up leaves only those).
-RUN_FILES = ("run.yaml", "data_split.json", "result.json")
-RUN_FOLDERS = ("checkpoints",)
-EVENTS_PREFIX = "events.out.tfevents."
-
-
-def run_files_in(run_dir: Path) -> list[str]:
-    """The names in ``run_dir`` that show a run wrote there; none for a new or a user's own folder."""
-    try:
-        names = sorted(os.listdir(run_dir)) if run_dir.is_dir() else []
-    except OSError:
-        return []
-    folders = [f"{name}/" for name in names if name in RUN_FOLDERS and holds_anything(run_dir / name)]
-    files = [name for name in names if name in RUN_FILES or name.startswith(EVENTS_PREFIX)]
-    return folders + files
-
-
-def holds_anything(folder: Path) -> bool:
-    """A run's folder that holds something: an empty ``checkpoints/`` (made ahead for a mount) is no run."""
-    try:
-        return folder.is_dir() and any(folder.iterdir())
-    except OSError:
-        return True  # unreadable: taken as a run's, never written over
+from runner.experiment.run_files import refuse_existing_run
 
 
 def check_directory_values(command_line: CommandLine) -> None:
@@ -52,19 +27,6 @@ def check_directory_values(command_line: CommandLine) -> None:
                 f"{override.input_line}: an empty {key} writes into the current folder; give a folder of "
                 f"its own ({key}=DIR), or leave {key} out (outputs/<date>/<time>)"
             )
-
-
-def refuse_existing_run(run_dir: Path, given: str) -> None:
-    """A new run (no ``resume=``) into a directory that holds a run is refused, naming both ways on."""
-    found = run_files_in(run_dir)
-    if not found:
-        return
-    shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
-    raise ConfigError(
-        f"{given}: {run_dir} already holds a run ({shown}); to continue it, give resume={run_dir} (or "
-        "resume=auto); to start a new run, give a fresh directory (hydra.run.dir=NEW_DIR), or leave "
-        "hydra.run.dir out"
-    )
 
 
 def check_new_run_dir(command_line: CommandLine) -> None:

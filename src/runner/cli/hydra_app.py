@@ -25,10 +25,10 @@ from runner.checkpoint.durable import NO_SPACE, REFUSED_WRITES, refused_write
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
 from runner.cli.hydra_start import check_folder_names, planned_run_dir
-from runner.cli.undo import remove_new_run_dir
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import DataConfig, RunConfig
+from runner.experiment.undo import remove_new_run_dir
 from runner.observe.console import OneLinePerJob
 
 

@@ -12,11 +12,11 @@ from omegaconf import DictConfig
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
 from runner.cli.hydra_app import CONFIG_DIR, check_command_line, run_hydra
-from runner.cli.undo import remove_new_run_dir
 from runner.config.checks import check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import RunConfig
 from runner.config.typed import typed_config
+from runner.experiment.undo import remove_new_run_dir
 
 log = logging.getLogger("runner")
 # doctor writes nothing: no run directory, no record, no log file. Its name heads its --help.

@@ -14,10 +14,13 @@ told, and the sweep ends once its running jobs have (the summary is still writte
 import contextlib
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
+
+from runner.observe.console import shown_path
 
 received: list[int] = []  # the signal that stopped the sweep, once one has
 sweep_dir: list[Path] = []
@@ -84,3 +87,16 @@ def unwatch() -> None:
     for number, handler in _previous.items():
         signal.signal(number, handler)
     _previous.clear()
+
+
+def report() -> NoReturn:
+    """How a sweep whose jobs ran in worker processes ended when a signal stopped it."""
+    from runner.search import trials_not_run
+
+    number = received[0]
+    not_run = "; ".join(["jobs not started", *trials_not_run])
+    print(f"runner: the sweep was stopped by {signal.Signals(number).name}: the running jobs saved their "
+          f"checkpoints; not run: {not_run}; the summary covers the jobs that ran; to continue the sweep, "
+          f"run the same command with hydra.sweep.dir={shown_path(sweep_dir[0])}",
+          file=sys.stderr)  # fmt: skip
+    raise SystemExit(128 + number)

@@ -5,11 +5,9 @@ The loop calls its policies at fixed points (checkpointing, logging, the stop fl
 for itself whether to act.
 """
 
-import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -20,19 +18,24 @@ from runner.checkpoint.policy import Checkpointer, NoCheckpoints
 from runner.checkpoint.state import TrainState
 from runner.config.errors import ConfigError, UserError
 from runner.config.monitors import check_monitored
-from runner.data.loading import EpochSampler, StreamPosition, batches_per_epoch, epoch_batches, read_ahead
+from runner.data.loading import batches_per_epoch, epoch_batches, read_ahead
 from runner.observe.progress import Progress
 from runner.observe.records import MAX_MEMORY_ALLOCATED, SAMPLES_PER_SEC, best_tag
 from runner.observe.writer import MetricLogger, NullLogger
-from runner.training.batches import check_structure
 from runner.training.callbacks import Callbacks, Context, detached
 from runner.training.carried import carried_state_of
-from runner.training.collation import first_batch
 from runner.training.device import to_floats
-from runner.training.distributed import sum_across_processes
+from runner.training.epochs import Loaders, first_epoch_batches
 from runner.training.metrics import unlogged_metrics_warning
 from runner.training.schedules import Schedule
-from runner.training.step import Learner, StepResult, accumulation_windows, clipped_norm, train_step
+from runner.training.step import (
+    Learner,
+    StepResult,
+    accumulation_windows,
+    clipped_norm,
+    mean_over_processes,
+    train_step,
+)
 from runner.training.validation import evaluate, improves
 
 log = logging.getLogger("runner")
@@ -55,45 +58,6 @@ class LoopSettings:
     metrics: dict[str, Any]  # name -> metric
     on_nonfinite: str  # "raise", "skip", or "off" (no check: no host read per step)
     max_nonfinite_in_a_row: int
-
-
-@dataclass
-class Loaders:
-    train: DataLoader
-    sampler: EpochSampler | None  # the train loader's, set per epoch (part-way on resume); None: a stream
-    val: DataLoader
-    # A stream whose own state was restored from the checkpoint continues as it is; else a resumed
-    # epoch skips the micro-batches it had done.
-    stream_state_restored: bool = False
-    stream_position: StreamPosition | None = None  # a stream that keeps its own state
-    seed: int = 0  # the run's: a stream's worker seeds per pass derive from it
-    # The first epoch's batches, already started by the caller (:func:`start_with_checked_batch`).
-    started: Iterator[Any] | None = None
-
-
-def first_epoch_batches(loaders: Loaders, state: TrainState) -> Iterator[Any]:
-    """The epoch the run stands in, from where it stands: a resumed epoch skips the micro-batches it
-    had done, unless the stream's own state was restored."""
-    skip = 0 if loaders.stream_state_restored else state.batches_done_in_epoch
-    return epoch_batches(loaders.train, loaders.sampler, state.epoch, skip, loaders.seed)
-
-
-def start_with_checked_batch(
-    loaders: Loaders, state: TrainState, loss_fn: Any, target_key: str,
-    check: Callable[[Any], None] | None = None,
-) -> Iterator[Any]:  # fmt: skip
-    """Start the first epoch and check its first batch against what the engine takes (and with
-    ``check``, against the model: ``fit_check.py``), so a data set it cannot use is refused (one line)
-    before the run writes anything. The same iterator then trains: nothing is read twice, no random
-    state moves."""
-    batches = first_epoch_batches(loaders, state)
-    first = first_batch(batches, loaders.train, loaders.sampler)
-    if first is None:
-        return iter(())
-    check_structure(first, loss_fn, target_key)
-    if check is not None:
-        check(first)
-    return itertools.chain([first], batches)
 
 
 class StopFlag(Protocol):
@@ -190,18 +154,6 @@ def step_scalars(
     scalars = to_floats(scalars)
     scalars["train/grad_norm_clipped"] = clipped_norm(scalars["train/grad_norm"], settings.clip_norm)
     return scalars
-
-
-def mean_over_processes(result: StepResult, processes: int) -> torch.Tensor:
-    """The window's loss over every process's items (one collective, at log steps only): the loss of
-    the whole window, as one process of all the batches logs it. Each process's own mean is weighted
-    by its items; one with none (all padding) adds nothing."""
-    if processes == 1:
-        return result.loss
-    loss = result.loss.detach().float()
-    weighted = loss * result.items if result.items else torch.zeros_like(loss)
-    totals = sum_across_processes(torch.stack([weighted, torch.full_like(loss, result.items)]))
-    return totals[0] / totals[1]  # no items anywhere: NaN, as one process logs it
 
 
 def validate(

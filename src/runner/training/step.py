@@ -206,3 +206,15 @@ def rescale_to_items_said(learner: Learner, said: torch.Tensor, reference: torch
     for parameter in learner.trainable:
         if parameter.grad is not None:
             parameter.grad.mul_(factor)
+
+
+def mean_over_processes(result: StepResult, processes: int) -> torch.Tensor:
+    """The window's loss over every process's items (one collective, at log steps only): the loss of
+    the whole window, as one process of all the batches logs it. Each process's own mean is weighted
+    by its items; one with none (all padding) adds nothing."""
+    if processes == 1:
+        return result.loss
+    loss = result.loss.detach().float()
+    weighted = loss * result.items if result.items else torch.zeros_like(loss)
+    totals = sum_across_processes(torch.stack([weighted, torch.full_like(loss, result.items)]))
+    return totals[0] / totals[1]  # no items anywhere: NaN, as one process logs it

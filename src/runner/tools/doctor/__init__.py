@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from runner.tools.doctor.data_checks import check_batch, check_devices, check_loss, check_shapes
+from runner.tools.doctor.overfit_check import check_overfit
 from runner.tools.doctor.probe import FAIL, PASS, SKIP, Finding, Probe, Setup
-from runner.tools.doctor.training_checks import check_gradients, check_overfit, check_update, check_validation
+from runner.tools.doctor.training_checks import check_gradients, check_update, check_validation
 
 __all__ = ["FAIL", "PASS", "SKIP", "CheckResult", "Setup", "format_table", "run_checks", "to_json"]
 

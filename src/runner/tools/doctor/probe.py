@@ -27,6 +27,7 @@ ADVICE_NAN_LOSS = (
     "zero, targets far out of scale (normalize them)"
 )
 ADVICE_BAD_DATA = "fix the data: clean or drop the bad samples, check the preprocessing"
+ADVICE_LOSS_FIRST = "fix the NaN loss first (check 4): no training step can mend it"
 
 
 @dataclass

@@ -1,0 +1,84 @@
+"""``train resume=DIR``: the command line that continues a run, rebuilt from the run directory's
+record of its own command line, which is data: what it would make runner import or call is refused
+unless this command line names it."""
+
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.cli.arguments import CommandLine, parse_overrides, reapplied, resumed, value_text
+from runner.cli.hydra_app import options_of
+from runner.config.errors import ConfigError
+from runner.config.trust import check_named, targets_in
+
+if TYPE_CHECKING:  # importing it loads torch: the run does that only once Hydra has composed
+    from runner.checkpoint.locate import Found
+
+
+def with_resume(command_line: CommandLine, trusted: set[str]) -> tuple[CommandLine, "Found | None"]:
+    """The command line that continues the run ``resume=`` names, and its checkpoint, found and
+    loaded here once. ``resume=auto`` looks in the run's own directory, once Hydra has made it.
+    ``trusted``: the targets this command line names."""
+    request = command_line.last("resume")
+    if request is None or value_text(request) in ("auto", "null"):
+        return command_line, None
+    from runner.checkpoint.locate import locate_checkpoint, original_overrides
+
+    found = locate_checkpoint(value_text(request), Path.cwd() / "outputs")
+    check_writable(found.run_dir, value_text(request))
+    original = original_overrides(found.run_dir)
+    check_stored_overrides(original, command_line, found.run_dir, trusted)
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    found = replace(found, reapplied=tuple(reapplied(command_line, original)))
+    return resumed(command_line, str(found.path), str(found.run_dir), original, stamp), found
+
+
+def check_writable(run_dir: Path, request: str) -> None:
+    """A resume writes into the run directory (checkpoints, events, its log and Hydra's record): a
+    read-only one is refused before Hydra tries to open the log file there."""
+    places = [run_dir, *(run_dir / name for name in (".hydra", "checkpoints", "train.log", "run.yaml"))]
+    read_only = next((path for path in places if path.exists() and not os.access(path, os.W_OK)), None)
+    if read_only is not None:
+        raise ConfigError(
+            f"resume={request}: {read_only} is read-only, and a resume writes its checkpoints and logs into "
+            f"the run directory; make it writable (chmod -R u+w {run_dir}) or resume a copy of the run"
+        )
+
+
+def check_stored_overrides(
+    original: list[str], command_line: CommandLine, run_dir: Path, trusted: set[str]
+) -> None:
+    """A run directory's record of its command line is data: what it would make runner import or
+    call (a ``_target_``, a config folder, a config file outside the config folders, Hydra's own
+    settings) is refused unless this command line names it. The overrides given now replace theirs."""
+    record = run_dir / ".hydra" / "overrides.yaml"
+    given = set(command_line.keys())
+    stored = [override for override in parse_overrides(original) if override.key_or_group not in given]
+    named = []
+    for override in stored:
+        key, value = override.key_or_group.lstrip("+~"), override.value()
+        if key == "hydra.searchpath":
+            raise ConfigError(
+                f"resume={run_dir}: the run was started with {override.input_line}; runner takes no config "
+                "folders from a run directory: give it again on this command line"
+            )
+        # A config group's options: only those of the config folders this command line names (Hydra
+        # would load any YAML file a path names, ``model=../../x`` or in a list).
+        group = key.split("@")[0]
+        options = options_of(group, command_line) if "." not in group else []
+        chosen = value if isinstance(value, list) else [value]
+        unknown_option = bool(options) and any(not isinstance(o, str) or o not in options for o in chosen)
+        selects_file = "." not in key and any(
+            isinstance(o, str) and (".." in o or o.startswith("/")) for o in chosen
+        )
+        if key.startswith("hydra") or unknown_option or selects_file:
+            raise ConfigError(
+                f"resume={run_dir}: {record} holds {override.input_line}, which runner does not re-apply "
+                "from a run directory (it names Hydra settings or a config file outside the config "
+                "folders); give it on this command line if you mean it"
+            )
+        named += [(key, str(value))] if key.endswith("_target_") else list(targets_in(value, key))
+    check_named(named, trusted, f"resume={run_dir}: {record}",
+                "give {first} on this command line")  # fmt: skip

@@ -1,0 +1,32 @@
+"""``torchrun ... -m runner train``: every rank joins the process group and runs in rank 0's run
+directory."""
+
+import os
+
+from runner.cli.arguments import CommandLine, for_rank, value_text
+from runner.config.errors import ConfigError
+from runner.config.schema import PEER_TIMEOUT_S
+
+SWEEP_PLUGIN_GROUPS = ("hydra/launcher", "hydra/sweeper", "hparams_search")
+
+
+def under_torchrun(command_line: CommandLine) -> CommandLine:
+    """Start the process group and give every rank rank 0's directory. A sweep runs its jobs one after
+    another, each on every rank, with Hydra's basic launcher and sweeper."""
+    from runner.training.distributed import shared_run_dir, start_process_group
+
+    if command_line.sweep:
+        for override in command_line.overrides:
+            if override.key_or_group.lstrip("+~") in SWEEP_PLUGIN_GROUPS:
+                raise ConfigError(
+                    f"{override.input_line}: under torchrun a sweep runs each job on every rank, one job "
+                    "after another (Hydra's basic launcher and sweeper); for parallel or Optuna sweeps of "
+                    "multi-process jobs, use a submitit launcher with hydra.launcher.tasks_per_node instead "
+                    "of torchrun"
+                )
+    timeout = command_line.last("peer_timeout_s")
+    start_process_group(PEER_TIMEOUT_S if timeout is None else timeout.value())
+    given = command_line.last("hydra.sweep.dir" if command_line.sweep else "hydra.run.dir")
+    parent = "outputs/multirun" if command_line.sweep else "outputs"
+    run_dir = shared_run_dir(value_text(given) if given else None, parent)
+    return for_rank(command_line, run_dir, int(os.environ["RANK"]))

@@ -1,0 +1,45 @@
+"""What makes a directory a run's: the files a run writes once it has started. A new run into a
+directory that holds them is refused (it would mix two runs' checkpoints and events)."""
+
+import os
+from pathlib import Path
+
+from runner.config.errors import ConfigError
+
+# What a run writes into its directory once it has started (Hydra's record and log come before it and
+# are not a run: a run refused or killed during its set-up leaves only those).
+RUN_FILES = ("run.yaml", "data_split.json", "result.json")
+RUN_FOLDERS = ("checkpoints",)
+EVENTS_PREFIX = "events.out.tfevents."
+
+
+def run_files_in(run_dir: Path) -> list[str]:
+    """The names in ``run_dir`` that show a run wrote there; none for a new or a user's own folder."""
+    try:
+        names = sorted(os.listdir(run_dir)) if run_dir.is_dir() else []
+    except OSError:
+        return []
+    folders = [f"{name}/" for name in names if name in RUN_FOLDERS and holds_anything(run_dir / name)]
+    files = [name for name in names if name in RUN_FILES or name.startswith(EVENTS_PREFIX)]
+    return folders + files
+
+
+def holds_anything(folder: Path) -> bool:
+    """A run's folder that holds something: an empty ``checkpoints/`` (made ahead for a mount) is no run."""
+    try:
+        return folder.is_dir() and any(folder.iterdir())
+    except OSError:
+        return True  # unreadable: taken as a run's, never written over
+
+
+def refuse_existing_run(run_dir: Path, given: str) -> None:
+    """A new run (no ``resume=``) into a directory that holds a run is refused, naming both ways on."""
+    found = run_files_in(run_dir)
+    if not found:
+        return
+    shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+    raise ConfigError(
+        f"{given}: {run_dir} already holds a run ({shown}); to continue it, give resume={run_dir} (or "
+        "resume=auto); to start a new run, give a fresh directory (hydra.run.dir=NEW_DIR), or leave "
+        "hydra.run.dir out"
+    )
