@@ -134,7 +134,14 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
             f"checkpoint {path} is not a valid runner checkpoint: it has no checksum (runner writes one "
             "with every checkpoint), so its contents cannot be checked; use another checkpoint of the run"
         )
-    if stored != checksum(checkpoint):
+    try:
+        computed = checksum(checkpoint)
+    except RecursionError:  # runner's own checkpoints nest a few levels; this one was made to be deep
+        raise CheckpointError(
+            f"checkpoint {path} is corrupted: its contents are nested too deeply for a runner checkpoint; "
+            "use another checkpoint of the run"
+        ) from None
+    if stored != computed:
         raise CheckpointError(
             f"checkpoint {path} is corrupted: its contents do not match the checksum written with it "
             "(the file changed on disk after it was saved); use another checkpoint of the run"

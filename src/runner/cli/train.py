@@ -26,7 +26,14 @@ from runner.cli.submitit_tasks import submitit_tasks_as_ranks
 from runner.cli.undo import RunDirBefore, remove_new_run_dir
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import PEER_TIMEOUT_S
-from runner.config.trust import check_config_from_file, check_named, targets_in
+from runner.config.trust import (
+    check_config_from_file,
+    check_named,
+    interpolations_in,
+    is_live_interpolation,
+    one_line,
+    targets_in,
+)
 from runner.config.typed import as_dict, typed_config
 from runner.observe.console import (
     IN_LOG_FILE_ONLY,
@@ -100,11 +107,21 @@ def check_stored_overrides(
         selects_file = "." not in key and any(
             isinstance(o, str) and (".." in o or o.startswith("/")) for o in chosen
         )
-        if key.startswith("hydra") or unknown_option or selects_file:
+        # A package puts an option anywhere, Hydra's own settings too (``+scheduler@hydra.callbacks.x=``:
+        # Hydra builds its callbacks before runner sees the config).
+        package = (override.package or "").removeprefix("_global_").lstrip(".")
+        if key.startswith("hydra") or package.startswith("hydra") or unknown_option or selects_file:
             raise ConfigError(
                 f"resume={run_dir}: {record} holds {override.input_line}, which runner does not re-apply "
                 "from a run directory (it names Hydra settings or a config file outside the config "
                 "folders); give it on this command line if you mean it"
+            )
+        live = [(inner, text) for inner, text in interpolations_in(value, key) if is_live_interpolation(text)]
+        if live:  # an escaped one (\${...}) is a plain string here: check_config_from_file sees it built
+            raise ConfigError(
+                f"resume={run_dir}: {record} holds {one_line(override.input_line)}, an interpolation, which "
+                "runner does not resolve from a run directory (it may read this machine's environment or "
+                "grow without bound); give it on this command line if you mean it"
             )
         named += [(key, str(value))] if key.endswith("_target_") else list(targets_in(value, key))
     check_named(named, trusted, f"resume={run_dir}: {record}",
