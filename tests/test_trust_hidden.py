@@ -7,6 +7,7 @@ creates a marker file."""
 
 import copy
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -173,3 +174,28 @@ def test_a_checkpoint_whose_keys_hold_something_else_is_refused_in_one_line(
         forged(finished_run, path, change)
     result = run_cli("train", f"resume={run_dir}", "trainer.max_steps=8", cwd=tmp_path)
     refused(result, says)
+
+
+def test_report_skips_what_is_not_a_plain_file(tmp_path, finished_run):
+    """A ``result.json`` that is a FIFO hung ``report`` (and a continued sweep) forever; an event file
+    linked to ``/dev/zero`` was read until the kernel killed report."""
+    job = tmp_path / "sweep" / "0"
+    shutil.copytree(finished_run, job)
+    (job / "result.json").unlink()
+    os.mkfifo(job / "result.json")
+    (job / "events.out.tfevents.9.zero").symlink_to("/dev/zero")
+    result = run_cli("report", "sweep", cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    for name in ("result.json", "events.out.tfevents.9.zero"):
+        assert f"skipping sweep/0/{name}: it is not a plain file" in result.stderr
+    assert "| 0 |" in (tmp_path / "sweep" / "summary.md").read_text()
+
+
+def test_a_continued_sweep_takes_a_result_nested_too_deeply_as_no_result(tmp_path):
+    """It failed the job with a RecursionError; now the job is continued from its checkpoint."""
+    sweep = ("train", "-m", *TINY, "seed=0,2", "hydra.sweep.dir=sweep")
+    assert run_cli(*sweep, cwd=tmp_path).returncode == 0
+    (tmp_path / "sweep" / "0" / "result.json").write_text("[" * 100000 + "]" * 100000)
+    again = run_cli(*sweep, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tmp_path / "sweep" / "0" / "result.json").read_text())["status"] == "ok"
