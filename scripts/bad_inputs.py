@@ -1089,7 +1089,7 @@ FIXTURES.update({
     **{f"forged_{name}_run": ("run", run_with_checkpoints(forged_config(FORGED[name]), ALL_CHECKPOINTS))
        for name in ("config-empty", "step-text", "rng-junk")},
 })  # fmt: skip
-RESUME_RUN = "train resume=run trainer.max_steps=8"
+RESUME_RUN = "train resume=run trainer.max_steps=30"  # the fixture run ended at step 20
 CASES += [
     case("hidden-resume-record-option-in-hydra-callbacks", RESUME_RUN, needs=("hydra_callback_run",)),
     case("hidden-resume-latest-record-option-in-hydra-callbacks", "train resume=latest trainer.max_steps=8",
