@@ -1086,6 +1086,9 @@ FIXTURES.update({
        for name in ("env", "bomb", "create")},
     "deep.pt": ("deep.pt", forged_config(deep_config, deep=True)),
     "deep_last_run": ("run", run_with_checkpoints(forged_config(deep_config, deep=True), ("last.pt",))),
+    "deep_lock_run": ("run", lambda dest, ctx: (copy_run(dest, ctx),
+                                                (dest / ".lock").write_text("[" * 100000 + "]" * 100000))),
+    "fifo_lock_run": ("run", lambda dest, ctx: (copy_run(dest, ctx), os.mkfifo(dest / ".lock"))),
     **{f"forged_{name}_run": ("run", run_with_checkpoints(forged_config(FORGED[name]), ALL_CHECKPOINTS))
        for name in ("config-empty", "step-text", "rng-junk")},
 })  # fmt: skip
@@ -1104,6 +1107,8 @@ CASES += [
       for name in ("env", "bomb", "create")),
     case("hidden-eval-config-nested-too-deep", "eval ckpt=deep.pt", needs=("deep.pt",)),
     case("hidden-resume-last-nested-too-deep", RESUME_RUN, OK, ("deep_last_run",)),
+    case("hidden-resume-lock-nested-too-deep", RESUME_RUN, needs=("deep_lock_run",)),
+    case("hidden-resume-lock-is-a-fifo", RESUME_RUN, needs=("fifo_lock_run",)),
     *(case(f"hidden-resume-forged-{name}", RESUME_RUN, needs=(f"forged_{name}_run",))
       for name in ("config-empty", "step-text", "rng-junk")),
 ]  # fmt: skip

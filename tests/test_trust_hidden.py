@@ -199,3 +199,16 @@ def test_a_continued_sweep_takes_a_result_nested_too_deeply_as_no_result(tmp_pat
     again = run_cli(*sweep, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert json.loads((tmp_path / "sweep" / "0" / "result.json").read_text())["status"] == "ok"
+
+
+@pytest.mark.parametrize("kind", ["deep-json", "fifo"])
+def test_a_lock_file_that_is_not_one_runner_writes_is_named_in_one_line(tmp_path, finished_run, kind):
+    """A ``.lock`` of JSON nested thousands deep was a RecursionError traceback; a FIFO hung the resume."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    if kind == "fifo":
+        os.mkfifo(run_dir / ".lock")
+    else:
+        (run_dir / ".lock").write_text("[" * 100000 + "]" * 100000)
+    result = run_cli("train", f"resume={run_dir}", "trainer.max_steps=8", cwd=tmp_path, timeout=60)
+    refused(result, f"{run_dir} is locked by {run_dir / '.lock'}, which cannot be read")
