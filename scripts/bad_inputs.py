@@ -1062,6 +1062,26 @@ def deep_config(checkpoint: dict, ctx: Context) -> None:
     checkpoint["config"]["model"]["extra"] = nested(3000)
 
 
+def special_files_sweep(dest: Path, ctx: Context) -> None:
+    """Job 1's result.json a FIFO (a read blocks), an event file of it a link to /dev/zero (never ends)."""
+    small_sweep(dest, ctx)
+    (dest / "1" / "result.json").unlink()
+    os.mkfifo(dest / "1" / "result.json")
+    (dest / "1" / "events.out.tfevents.9.zero").symlink_to("/dev/zero")
+
+
+def deep_result_sweep(dest: Path, ctx: Context) -> None:
+    """A finished sweep of seed=1,2 (as the case's command ran it) whose job 0 result is nested too deep."""
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", *shlex.split(DEEP_RESULT_SWEEP), f"hydra.sweep.dir={dest}"],
+        cwd=dest.parent, env=environment(), capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise Skip(f"could not build the sweep: {last_line(done.stderr)}")
+    (dest / "0" / "result.json").write_text("[" * 100000 + "]" * 100000)
+
+
+DEEP_RESULT_SWEEP = f"train -m seed=1,2 {QUICK}"
 ALL_CHECKPOINTS = ("last.pt", "best.pt", "step_00000004.pt")
 FORGED = {
     "env": lambda c, ctx: c["config"]["model"].update(hidden="${oc.env:HOME}"),
@@ -1086,6 +1106,8 @@ FIXTURES.update({
        for name in ("env", "bomb", "create")},
     "deep.pt": ("deep.pt", forged_config(deep_config, deep=True)),
     "deep_last_run": ("run", run_with_checkpoints(forged_config(deep_config, deep=True), ("last.pt",))),
+    "special_files_sweep": ("sweep", special_files_sweep),
+    "deep_result_sweep": ("sweep", deep_result_sweep),
     "deep_lock_run": ("run", lambda dest, ctx: (copy_run(dest, ctx),
                                                 (dest / ".lock").write_text("[" * 100000 + "]" * 100000))),
     "fifo_lock_run": ("run", lambda dest, ctx: (copy_run(dest, ctx), os.mkfifo(dest / ".lock"))),
@@ -1107,6 +1129,9 @@ CASES += [
       for name in ("env", "bomb", "create")),
     case("hidden-eval-config-nested-too-deep", "eval ckpt=deep.pt", needs=("deep.pt",)),
     case("hidden-resume-last-nested-too-deep", RESUME_RUN, OK, ("deep_last_run",)),
+    case("hidden-report-fifo-result-and-device-events", "report sweep", OK, ("special_files_sweep",)),
+    case("hidden-sweep-continued-result-nested-too-deep", f"{DEEP_RESULT_SWEEP} hydra.sweep.dir=sweep", OK,
+         ("deep_result_sweep",)),
     case("hidden-resume-lock-nested-too-deep", RESUME_RUN, needs=("deep_lock_run",)),
     case("hidden-resume-lock-is-a-fifo", RESUME_RUN, needs=("fifo_lock_run",)),
     *(case(f"hidden-resume-forged-{name}", RESUME_RUN, needs=(f"forged_{name}_run",))
