@@ -985,6 +985,161 @@ CASES += [
 # ---- end of issue 25, part B ----
 
 
+# ---- issue 25, hidden check (rev25) ----
+# Payloads the three helpers of issue 25 did not try: an option a run directory's record places among
+# Hydra's own settings (Hydra builds hydra.callbacks before runner checks the config), a live
+# interpolation in a record or in a checkpoint's config (a resolver reads the environment; names that
+# name each other grow without bound), files nested too deeply, and checkpoints whose keys hold what
+# runner never saves there.
+LIVE_CREATE = "${{oc.create:{{_target_: " + TOUCH + ", self: {marker}}}}}"  # {marker}: filled in
+HYDRA_CALLBACK = (
+    "+scheduler@hydra.callbacks.evil=onecycle",
+    "+total_steps=1",
+    f"optimizer.lr='{LIVE_CREATE}'",
+)
+# Eight names of eight values, eleven deep: 8**11 values once resolved.
+BOMB = {"z0": [1] * 8, **{f"z{i}": [f"${{model.z{i - 1}}}"] * 8 for i in range(1, 12)}}
+
+
+def record_with(lines: tuple[str, ...]) -> Callable[[Path, Context], None]:
+    """A copy of the run whose ``.hydra/overrides.yaml`` also holds ``lines`` (``{marker}`` filled in),
+    each a double-quoted YAML string."""
+
+    def build(dest: Path, ctx: Context) -> None:
+        copy_run(dest, ctx)
+        record = dest / ".hydra" / "overrides.yaml"
+        stat = record.stat()
+        extra = "".join(f"- {json.dumps(line.format(marker=ctx.marker))}\n" for line in lines)
+        record.write_text(record.read_text() + extra)
+        os.utime(record, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+    return build
+
+
+def deep_record(dest: Path, ctx: Context) -> None:
+    copy_run(dest, ctx)
+    (dest / ".hydra" / "overrides.yaml").write_text("[" * 5000 + "]" * 5000 + "\n")
+
+
+def nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def forged_config(
+    change: Callable[[dict, Context], None], deep: bool = False
+) -> Callable[[Path, Context], None]:
+    """A checkpoint (valid checksum) whose contents ``change`` edits; ``deep``: too deep to checksum
+    with Python's default recursion limit, which whoever makes it can raise."""
+
+    def build(dest: Path, ctx: Context) -> None:
+        checkpoint = copy.deepcopy(load_base(ctx))
+        change(checkpoint, ctx)
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 20000) if deep else limit)
+        try:
+            save(checkpoint, dest)
+        finally:
+            sys.setrecursionlimit(limit)
+
+    return build
+
+
+def run_with_checkpoints(build: Callable[[Path, Context], None], names: tuple[str, ...]) -> Callable:
+    """A copy of the run whose checkpoints ``names`` are replaced by what ``build`` makes."""
+
+    def make(dest: Path, ctx: Context) -> None:
+        copy_run(dest, ctx)
+        for name in names:
+            build(dest / "checkpoints" / name, ctx)
+
+    return make
+
+
+def deep_config(checkpoint: dict, ctx: Context) -> None:
+    checkpoint["config"]["model"]["extra"] = nested(3000)
+
+
+def special_files_sweep(dest: Path, ctx: Context) -> None:
+    """Job 1's result.json a FIFO (a read blocks), an event file of it a link to /dev/zero (never ends)."""
+    small_sweep(dest, ctx)
+    (dest / "1" / "result.json").unlink()
+    os.mkfifo(dest / "1" / "result.json")
+    (dest / "1" / "events.out.tfevents.9.zero").symlink_to("/dev/zero")
+
+
+def deep_result_sweep(dest: Path, ctx: Context) -> None:
+    """A finished sweep of seed=1,2 (as the case's command ran it) whose job 0 result is nested too deep."""
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", *shlex.split(DEEP_RESULT_SWEEP), f"hydra.sweep.dir={dest}"],
+        cwd=dest.parent, env=environment(), capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise Skip(f"could not build the sweep: {last_line(done.stderr)}")
+    (dest / "0" / "result.json").write_text("[" * 100000 + "]" * 100000)
+
+
+DEEP_RESULT_SWEEP = f"train -m seed=1,2 {QUICK}"
+ALL_CHECKPOINTS = ("last.pt", "best.pt", "step_00000004.pt")
+FORGED = {
+    "env": lambda c, ctx: c["config"]["model"].update(hidden="${oc.env:HOME}"),
+    "bomb": lambda c, ctx: c["config"]["model"].update(BOMB),
+    "create": lambda c, ctx: c["config"]["model"].update(extra=[LIVE_CREATE.format(marker=ctx.marker)]),
+    "config-empty": lambda c, ctx: c.update(config={}),
+    "step-text": lambda c, ctx: c.update(global_step="9"),
+    "rng-junk": lambda c, ctx: c.update(rng_states={"torch": "x"}),
+}
+FIXTURES.update({
+    "hydra_callback_run": ("run", record_with(HYDRA_CALLBACK)),
+    "hydra_callback_latest": ("outputs/2026-01-01/00-00-00-cafe", record_with(HYDRA_CALLBACK)),
+    "global_hydra_callback_run": ("run", record_with(
+        (HYDRA_CALLBACK[0].replace("@hydra", "@_global_.hydra"), *HYDRA_CALLBACK[1:]))),
+    "job_logging_run": ("run", record_with(("+callbacks@hydra.job_logging=ema",))),
+    "env_record_run": ("run", record_with(("optimizer.lr=${{oc.env:RUNNER_BAD_INPUTS_LR}}",))),
+    "bomb_record_run": ("run", record_with(
+        tuple(f"+model.{key}=[{','.join(map(str, value))}]".replace("{", "{{").replace("}", "}}")
+              for key, value in BOMB.items()))),
+    "deep_record_run": ("run", deep_record),
+    **{f"live_{name}.pt": (f"live_{name}.pt", forged_config(FORGED[name]))
+       for name in ("env", "bomb", "create")},
+    "deep.pt": ("deep.pt", forged_config(deep_config, deep=True)),
+    "deep_last_run": ("run", run_with_checkpoints(forged_config(deep_config, deep=True), ("last.pt",))),
+    "special_files_sweep": ("sweep", special_files_sweep),
+    "deep_result_sweep": ("sweep", deep_result_sweep),
+    "deep_lock_run": ("run", lambda dest, ctx: (copy_run(dest, ctx),
+                                                (dest / ".lock").write_text("[" * 100000 + "]" * 100000))),
+    "fifo_lock_run": ("run", lambda dest, ctx: (copy_run(dest, ctx), os.mkfifo(dest / ".lock"))),
+    **{f"forged_{name}_run": ("run", run_with_checkpoints(forged_config(FORGED[name]), ALL_CHECKPOINTS))
+       for name in ("config-empty", "step-text", "rng-junk")},
+})  # fmt: skip
+RESUME_RUN = "train resume=run trainer.max_steps=30"  # the fixture run ended at step 20
+CASES += [
+    case("hidden-resume-record-option-in-hydra-callbacks", RESUME_RUN, needs=("hydra_callback_run",)),
+    case("hidden-resume-latest-record-option-in-hydra-callbacks", "train resume=latest trainer.max_steps=8",
+         needs=("hydra_callback_latest",)),
+    case("hidden-resume-record-option-in-global-hydra", RESUME_RUN, needs=("global_hydra_callback_run",)),
+    case("hidden-resume-record-option-as-job-logging", RESUME_RUN, needs=("job_logging_run",)),
+    case("hidden-resume-record-env-interpolation", RESUME_RUN, needs=("env_record_run",),
+         env=(("RUNNER_BAD_INPUTS_LR", "0.01"),)),
+    case("hidden-resume-record-growing-interpolations", RESUME_RUN, needs=("bomb_record_run",)),
+    case("hidden-resume-record-nested-too-deep", RESUME_RUN, needs=("deep_record_run",)),
+    *(case(f"hidden-eval-live-{name}", f"eval ckpt=live_{name}.pt", needs=(f"live_{name}.pt",))
+      for name in ("env", "bomb", "create")),
+    case("hidden-eval-config-nested-too-deep", "eval ckpt=deep.pt", needs=("deep.pt",)),
+    case("hidden-resume-last-nested-too-deep", RESUME_RUN, OK, ("deep_last_run",)),
+    case("hidden-report-fifo-result-and-device-events", "report sweep", OK, ("special_files_sweep",)),
+    case("hidden-sweep-continued-result-nested-too-deep", f"{DEEP_RESULT_SWEEP} hydra.sweep.dir=sweep", OK,
+         ("deep_result_sweep",)),
+    case("hidden-resume-lock-nested-too-deep", RESUME_RUN, needs=("deep_lock_run",)),
+    case("hidden-resume-lock-is-a-fifo", RESUME_RUN, needs=("fifo_lock_run",)),
+    *(case(f"hidden-resume-forged-{name}", RESUME_RUN, needs=(f"forged_{name}_run",))
+      for name in ("config-empty", "step-text", "rng-junk")),
+]  # fmt: skip
+# ---- end of issue 25, hidden check (rev25) ----
+
+
 # Running and judging.
 
 

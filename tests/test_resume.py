@@ -261,7 +261,11 @@ def test_a_checkpoint_or_run_directory_that_names_code_never_runs_it(tmp_path, f
     checkpoint["config"]["model"] = {**model, "extra": [create]}
     atomic_save(checkpoint, evil)
     result = run_cli("eval", f"ckpt={evil}", cwd=tmp_path)
-    assert result.returncode == 2 and "names model.extra.0._target_=pathlib.Path.touch" in result.stderr
+    # Refused before anything resolves it: a checkpoint's config is saved resolved.
+    assert (
+        result.returncode == 2
+        and "holds model.extra.0=${oc.create:{_target_: pathlib.Path.touch" in result.stderr
+    )
     shutil.rmtree(run_dir)
     shutil.copytree(finished_run, run_dir)
     (tmp_path / "evil").mkdir()

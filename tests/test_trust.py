@@ -17,7 +17,7 @@ from runner.cli.hydra_app import CONFIG_DIR
 from runner.cli.optuna_space import search_space
 from runner.cli.optuna_study import tell_study
 from runner.config.errors import ConfigError
-from runner.config.trust import check_config_from_file, folder_targets
+from runner.config.trust import check_config_from_file, folder_targets, is_live_interpolation
 from runner.config.typed import as_dict, typed_config
 from runner.experiment.train import train
 from runner.tools.evaluation import evaluate_checkpoint
@@ -106,14 +106,15 @@ PAYLOADS = {
         "model.extra=",
         "model",
     ),
+    # A live interpolation is refused before anything resolves it (a checkpoint's config is saved resolved).
     "target-by-oc-create": (
         lambda c: c["model"].update(extra=[CREATE]),
-        "names model.extra.0._target_=pathlib.Path.touch",
+        "holds model.extra.0=${oc.create:",
         "model",
     ),
     "target-by-oc-decode": (
         lambda c: c["model"].update(extra=[DECODE]),
-        "names model.extra.0._target_=pathlib.Path.touch",
+        "holds model.extra.0=${oc.decode:",
         "model",
     ),
     "target-in-a-list-of-dicts": (
@@ -193,3 +194,11 @@ def test_every_point_of_a_float_grid_is_a_setting_of_its_search():
         assert space.holds(trial.params), trial.params
         tell_study(study, trial.number, values=[1.0])
     assert not space.holds({"optimizer.lr": 2.3}) and not space.holds({"optimizer.lr": "${oc.create:{}}"})
+
+
+def test_an_escaped_interpolation_is_not_a_live_one():
+    """OmegaConf reads ``\\${`` as a literal ``${``, and ``\\\\${`` as a backslash and an interpolation."""
+    assert is_live_interpolation("${a}") and is_live_interpolation("x ${a}")
+    assert is_live_interpolation("\\\\${a}") and is_live_interpolation("$${a}")
+    assert not is_live_interpolation("\\${a}") and not is_live_interpolation("\\\\\\${a}")
+    assert not is_live_interpolation("plain $ {a}")

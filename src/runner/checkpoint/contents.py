@@ -31,17 +31,25 @@ def rng_states() -> dict[str, Any]:
     }
 
 
-def restore_rng_states(states: dict[str, Any]) -> None:
-    version, internal, gauss = states["python"]
-    random.setstate((version, tuple(internal), gauss))
-    numpy = states["numpy"]
-    np.random.set_state(
-        (numpy["name"], np.array(numpy["keys"], dtype=np.uint32), numpy["pos"],
-         numpy["has_gauss"], numpy["cached_gaussian"])
-    )  # fmt: skip
-    torch.set_rng_state(states["torch"])
-    if states["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
+def restore_rng_states(states: dict[str, Any], path: Path) -> None:
+    """A state that is not one (a forged file's) is named with its checkpoint, not a traceback."""
+    try:
+        version, internal, gauss = states["python"]
+        random.setstate((version, tuple(internal), gauss))
+        numpy = states["numpy"]
+        np.random.set_state(
+            (numpy["name"], np.array(numpy["keys"], dtype=np.uint32), numpy["pos"],
+             numpy["has_gauss"], numpy["cached_gaussian"])
+        )  # fmt: skip
+        torch.set_rng_state(states["torch"])
+        if states["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(states["cuda"])
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, RuntimeError) as error:
+        reason = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+        raise CheckpointError(
+            f"checkpoint {path} is not a runner checkpoint: its random states are not ones runner saves "
+            f"({reason}); use another checkpoint of the run"
+        ) from None
 
 
 def versions() -> dict[str, str]:

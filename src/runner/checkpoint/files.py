@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from runner.checkpoint.durable import atomic_write
-from runner.checkpoint.state import saved_keys
+from runner.checkpoint.state import saved_keys, saved_kinds
 from runner.config.errors import UserError
 
 CHECKPOINT_DIR = "checkpoints"
@@ -71,6 +71,23 @@ REQUIRED_KEYS = (
     "model_state_dict", "optimizer_state_dict", "scheduler_state_dict", "scaler_state_dict", *saved_keys(),
     "stop_reason", "rng_states", "config", "seed", "world_size", "planned",
 )  # fmt: skip
+
+
+# What each key read on resume and eval holds: a file whose checksum matches but whose keys hold something
+# else (a forged one) is refused by name, not met by a TypeError half-way through.
+KINDS: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("model_state_dict", "optimizer_state_dict", "scheduler_state_dict"), (dict,)),
+    **dict.fromkeys(("scaler_state_dict", "rng_states", "config", "planned"), (dict,)),
+    **saved_kinds(), "stop_reason": (str, type(None)), "seed": (int,), "world_size": (int,),
+}  # fmt: skip
+
+
+def wrong_kinds(checkpoint: Mapping[str, Any]) -> list[str]:
+    """``key (type)`` for each key whose value is not of its kind (a bool is not a number here)."""
+    return [
+        f"{key} ({type(checkpoint[key]).__name__})" for key, kinds in KINDS.items()
+        if not isinstance(checkpoint[key], kinds) or (isinstance(checkpoint[key], bool) and bool not in kinds)
+    ]  # fmt: skip
 
 
 def looks_like_torch_save(path: Path) -> bool:
@@ -134,10 +151,23 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
             f"checkpoint {path} is not a valid runner checkpoint: it has no checksum (runner writes one "
             "with every checkpoint), so its contents cannot be checked; use another checkpoint of the run"
         )
-    if stored != checksum(checkpoint):
+    try:
+        computed = checksum(checkpoint)
+    except RecursionError:  # runner's own checkpoints nest a few levels; this one was made to be deep
+        raise CheckpointError(
+            f"checkpoint {path} is corrupted: its contents are nested too deeply for a runner checkpoint; "
+            "use another checkpoint of the run"
+        ) from None
+    if stored != computed:
         raise CheckpointError(
             f"checkpoint {path} is corrupted: its contents do not match the checksum written with it "
             "(the file changed on disk after it was saved); use another checkpoint of the run"
+        )
+    wrong = wrong_kinds(checkpoint)
+    if wrong:
+        raise CheckpointError(
+            f"checkpoint {path} is not a runner checkpoint: {_listing(wrong)} do not hold what runner "
+            "saves there; use another checkpoint of the run"
         )
     return checkpoint
 

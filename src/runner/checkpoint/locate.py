@@ -122,7 +122,7 @@ def original_overrides(run_dir: Path) -> list[str]:
         hydra_overrides = (
             hydra_record["hydra"].get("overrides", {}).get("hydra", []) if "hydra" in hydra_record else []
         )
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError) as error:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError, RecursionError) as error:
         raise ConfigError(
             f"resume: {record} cannot be read ({type(error).__name__}); the run directory is damaged"
         ) from None

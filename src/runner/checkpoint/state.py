@@ -2,7 +2,8 @@
 loss scale, which have state dicts of their own."""
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from types import UnionType
+from typing import Any, get_args, get_origin
 
 
 def saved_as(name: str) -> dict[str, Any]:
@@ -46,6 +47,19 @@ class TrainState:
 def saved_keys() -> tuple[str, ...]:
     """The checkpoint keys a :class:`TrainState` is saved under."""
     return tuple(TrainState().state_dict())
+
+
+def saved_kinds() -> dict[str, tuple[type, ...]]:
+    """The types each key a :class:`TrainState` is saved under may hold (a float may be saved as an int)."""
+    kinds = {}
+    for item in fields(TrainState):
+        key = item.metadata.get("saved_as", item.name)
+        if key is None:
+            continue
+        parts = get_args(item.type) if isinstance(item.type, UnionType) else (item.type,)
+        found = tuple(get_origin(part) or part for part in parts)
+        kinds[key] = (*found, int) if float in found else found
+    return kinds
 
 
 def _copy(value: Any) -> Any:

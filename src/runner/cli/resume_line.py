@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from runner.cli.arguments import CommandLine, parse_overrides, reapplied, resumed, value_text
 from runner.cli.hydra_app import options_of
 from runner.config.errors import ConfigError
-from runner.config.trust import check_named, targets_in
+from runner.config.trust import check_named, interpolations_in, is_live_interpolation, one_line, targets_in
 
 if TYPE_CHECKING:  # importing it loads torch: the run does that only once Hydra has composed
     from runner.checkpoint.locate import Found
@@ -73,11 +73,21 @@ def check_stored_overrides(
         selects_file = "." not in key and any(
             isinstance(o, str) and (".." in o or o.startswith("/")) for o in chosen
         )
-        if key.startswith("hydra") or unknown_option or selects_file:
+        # A package puts an option anywhere, Hydra's own settings too (``+scheduler@hydra.callbacks.x=``:
+        # Hydra builds its callbacks before runner sees the config).
+        package = (override.package or "").removeprefix("_global_").lstrip(".")
+        if key.startswith("hydra") or package.startswith("hydra") or unknown_option or selects_file:
             raise ConfigError(
                 f"resume={run_dir}: {record} holds {override.input_line}, which runner does not re-apply "
                 "from a run directory (it names Hydra settings or a config file outside the config "
                 "folders); give it on this command line if you mean it"
+            )
+        live = [(inner, text) for inner, text in interpolations_in(value, key) if is_live_interpolation(text)]
+        if live:  # an escaped one (\${...}) is a plain string here: check_config_from_file sees it built
+            raise ConfigError(
+                f"resume={run_dir}: {record} holds {one_line(override.input_line)}, an interpolation, which "
+                "runner does not resolve from a run directory (it may read this machine's environment or "
+                "grow without bound); give it on this command line if you mean it"
             )
         named += [(key, str(value))] if key.endswith("_target_") else list(targets_in(value, key))
     check_named(named, trusted, f"resume={run_dir}: {record}",

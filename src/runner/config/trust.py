@@ -9,6 +9,7 @@ resolved it (an escaped ``\\${oc.create:{_target_: ...}}`` in a file) would beco
 there. ``check_config_from_file`` is the one check for a config a file made, on the config exactly as
 it is built: resolved once, no interpolation left, every ``_target_`` named by this machine's user."""
 
+import re
 from collections.abc import Iterable, Iterator, Mapping, Set
 from functools import cache
 from pathlib import Path
@@ -83,6 +84,16 @@ def interpolations_in(value: Any, key: str = "") -> Iterator[tuple[str, str]]:
         yield key, value
 
 
+# ``${`` after an even number of backslashes (none included): OmegaConf resolves it; after an odd
+# number it is escaped, a literal ``${``.
+LIVE_INTERPOLATION = re.compile(r"(?<!\\)(?:\\\\)*\$\{")
+
+
+def is_live_interpolation(text: str) -> bool:
+    """Whether resolving ``text`` calls a resolver or reads another value (``\\${`` is escaped)."""
+    return bool(LIVE_INTERPOLATION.search(text))
+
+
 def is_planned_value(key: str, text: str) -> bool:
     """A scheduler setting that is exactly ``${total_steps}`` or ``${steps_per_epoch}``."""
     section, _, name = key.partition(".")
@@ -93,6 +104,21 @@ def one_line(text: str) -> str:
     """Text from a file as a message quotes it: on one line, not too long."""
     flat = "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
     return flat if len(flat) <= 200 else flat[:200] + "..."
+
+
+def check_saved_resolved(config: Mapping[str, Any], where: str) -> None:
+    """A checkpoint's config is saved resolved (the scheduler's planned values aside): one that still
+    holds an interpolation was edited, and runner resolves none of it, before anything else: a
+    resolver may read this machine's environment, and values that name each other many times over
+    grow without bound (eight names of eight, eleven deep, are 8**11 values)."""
+    for key, text in interpolations_in(config):
+        if is_live_interpolation(text) and not is_planned_value(key, text):
+            raise ConfigError(
+                f"{where} holds {one_line(key)}={one_line(text)}, an interpolation; runner saves a run's "
+                "config resolved, so this one was added to the file, and runner resolves nothing in it "
+                "(it may read this machine's environment, build code a file names or grow without "
+                "bound): remove it from the file"
+            )
 
 
 def check_config_from_file(config: Mapping[str, Any], trusted: Set[str], where: str, allow: str) -> None:

@@ -55,6 +55,8 @@ def read_holder(path: Path, patience: float = 1.0) -> Holder | None:
     an empty one is read again for up to ``patience`` seconds."""
     deadline = time.monotonic() + patience
     while True:
+        if path.exists() and not path.is_file():  # a FIFO would block the read: no lock runner wrote
+            return UNREADABLE
         try:
             holder = Holder(**json.loads(path.read_text()))
             if not well_formed(holder):
@@ -62,7 +64,7 @@ def read_holder(path: Path, patience: float = 1.0) -> Holder | None:
             return holder
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, TypeError):
+        except (OSError, ValueError, TypeError, RecursionError):  # RecursionError: JSON nested deep
             if time.monotonic() > deadline:
                 return UNREADABLE
             time.sleep(0.05)

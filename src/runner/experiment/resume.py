@@ -36,8 +36,9 @@ def comparable(config: dict[str, Any]) -> dict[str, Any]:
     """Settings as the run uses them: a named schedule with its defaults filled in (``scheduler=cosine``
     and ``scheduler=cosine scheduler.warmup_steps=0`` are one schedule)."""
     config = copy.deepcopy(config)
-    if "_target_" not in config["scheduler"]:
-        config["scheduler"] = named_schedule(config["scheduler"])
+    scheduler = config.get("scheduler")  # a forged checkpoint's config may lack it: then it differs
+    if isinstance(scheduler, dict) and "_target_" not in scheduler:
+        config["scheduler"] = named_schedule(scheduler)
     return config
 
 

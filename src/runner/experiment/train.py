@@ -176,7 +176,7 @@ def train_in_this_process(
     if checkpoint is not None:
         stateful.load_state_dicts(checkpoint, found.path)
         state.load_state_dict(checkpoint)
-        restore_rng_states(checkpoint["rng_states"])  # nothing draws from them until training continues
+        restore_rng_states(checkpoint["rng_states"], found.path)  # nothing draws from them yet
     stream_restored = keeps_position and checkpoint is not None and "dataset_state_dict" in checkpoint
     loaders = Loaders(
         prepared.train_loader, prepared.train_sampler, prepared.val_loader, stream_restored, position, seed
@@ -282,7 +282,7 @@ def check_not_finished(
             f"(trainer.max_epochs={max_epochs}); raise trainer.max_epochs to train longer"
         )
     reason = checkpoint["stop_reason"]
-    if reason and checkpoint["config"]["callbacks"] == plain_config["callbacks"]:
+    if reason and checkpoint["config"].get("callbacks") == plain_config["callbacks"]:
         raise NothingToTrain(
             f"nothing to train: {path} was ended at step {step} by a callback ({reason}); change the "
             "callbacks' settings (callbacks.*, e.g. a larger patience) to train on"

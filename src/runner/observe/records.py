@@ -50,9 +50,12 @@ def record_split(run_dir: Path, train_set: Any, val_set: Any, test_set: Any = No
 def recorded_result(run_dir: Path) -> dict[str, Any]:
     """A run's ``result.json`` as written by ``write_result``; empty where there is none (or a damaged
     one): the run has no recorded outcome."""
+    path = run_dir / RESULT_FILE
+    if not path.is_file():  # a FIFO or a device there would block the read, or never end it
+        return {}
     try:
-        result = json.loads((run_dir / RESULT_FILE).read_text())
-    except (OSError, ValueError):
+        result = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):  # nested thousands deep: not one write_result wrote
         return {}
     return result if isinstance(result, dict) else {}
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from runner.checkpoint.files import check_state_dict_fits, is_sharded_folder, load_checkpoint
 from runner.config.errors import ConfigError
-from runner.config.trust import check_config_from_file
+from runner.config.trust import check_config_from_file, check_saved_resolved
 from runner.config.typed import as_dict, typed_config
 from runner.data.loading import make_loader
 from runner.experiment.setup import Build, build_collate_fn, build_model_and_data, build_named, worker_limit
@@ -32,6 +32,7 @@ def evaluate_checkpoint(
     stored = checkpoint.get("config")
     if not isinstance(stored, Mapping):
         raise ConfigError(f"checkpoint {path} holds no run config; eval rebuilds the model and data from it")
+    check_saved_resolved(stored, f"checkpoint {path}")  # before anything resolves it
     config = typed_config(stored)
     # As it is built: resolved once; an interpolation (${oc.create:...}) can make a _target_.
     check_config_from_file(

@@ -46,10 +46,19 @@ def find_runs(directory: Path) -> list[Path]:
     )
 
 
+def plain_file(path: Path) -> bool:
+    """Whether ``path`` is a file to read: a FIFO would block the read, a device (``/dev/zero``) never end
+    it; either is skipped with a warning."""
+    if path.is_file():
+        return True
+    print(f"runner: warning: skipping {path}: it is not a plain file", file=sys.stderr)
+    return False
+
+
 def read_yaml(path: Path, kind: type) -> Any:
     """A run's YAML record, or None where it is missing or damaged (then the summary does without it,
     with a warning)."""
-    if not path.exists():
+    if not path.exists() or not plain_file(path):
         return None
     try:
         content = yaml.safe_load(path.read_text())
@@ -68,7 +77,7 @@ def read_yaml(path: Path, kind: type) -> Any:
 def read_result(path: Path) -> dict[str, Any]:
     """A run's ``result.json``. A damaged one (a full disk once left 0 bytes) is skipped with a
     warning, and the run is summarised from its events."""
-    if not path.exists():
+    if not path.exists() or not plain_file(path):
         return {}
     try:
         result = json.loads(path.read_text())
@@ -106,6 +115,9 @@ def overrides_of(run_dir: Path) -> dict[str, str]:
 def read_scalars(run_dir: Path) -> dict[str, list[ScalarEvent]]:
     if not has_events(run_dir):
         return {}
+    # TensorBoard reads every event file of the folder: one that is not a plain file stops them all.
+    if not all(plain_file(path) for path in run_dir.glob("events.out.tfevents.*")):
+        return {}
     accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     accumulator.Reload()
     return {current_tag(tag): accumulator.Scalars(tag) for tag in accumulator.Tags()["scalars"]}
@@ -142,4 +154,7 @@ def wall_seconds_of(job: JobFiles) -> float | None:
 
 def event_files(run_dir: Path) -> list[Path]:
     """A run's event files of scalars, one per process that logged (not its HParams record)."""
-    return [path for path in run_dir.glob("events.out.tfevents.*") if path.name != HPARAMS_FILE]
+    return [
+        path for path in run_dir.glob("events.out.tfevents.*")
+        if path.name != HPARAMS_FILE and path.is_file()  # a device would be read without end
+    ]  # fmt: skip
