@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, run_cli
+from conftest import TINY, job_dir, run_cli
 
 from runner.checkpoint.files import atomic_save
 
@@ -195,10 +195,11 @@ def test_a_continued_sweep_takes_a_result_nested_too_deeply_as_no_result(tmp_pat
     """It failed the job with a RecursionError; now the job is continued from its checkpoint."""
     sweep = ("train", "-m", *TINY, "seed=0,2", "hydra.sweep.dir=sweep")
     assert run_cli(*sweep, cwd=tmp_path).returncode == 0
-    (tmp_path / "sweep" / "0" / "result.json").write_text("[" * 100000 + "]" * 100000)
+    result = job_dir(tmp_path / "sweep", 0) / "result.json"
+    result.write_text("[" * 100000 + "]" * 100000)
     again = run_cli(*sweep, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert json.loads((tmp_path / "sweep" / "0" / "result.json").read_text())["status"] == "ok"
+    assert json.loads(result.read_text())["status"] == "ok"
 
 
 @pytest.mark.parametrize("kind", ["deep-json", "fifo"])
