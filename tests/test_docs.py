@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
-from conftest import REPO, read_scalars
+from conftest import REPO, TINY, read_scalars
 
 DOCS = REPO / "docs"
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -183,3 +184,33 @@ def test_ci_runs_the_readme_test_command_verbatim_and_it_builds_the_docs():
     pyproject = (REPO / "pyproject.toml").read_text()  # the test extra brings the docs extra
     assert re.search(r'^docs = \[.*"mkdocs-material', pyproject, flags=re.MULTILINE)
     assert re.search(r'^test = \["runner\[[^\]]*\bdocs\b', pyproject, flags=re.MULTILINE)
+
+
+def section(page: Path, heading: str) -> str:
+    """The text of a page's section, from its heading to the next heading of any level."""
+    text = page.read_text()
+    assert text.count(f"\n{heading}\n") == 1, heading
+    return re.split(r"\n#{1,6} ", text.split(f"\n{heading}\n")[1])[0]
+
+
+def first_column_names(table: str) -> set[str]:
+    """The names in backquotes in the first column of each row of a Markdown table."""
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    return {name for row in rows for name in re.findall(r"`([^`]+)`", row.split(" | ")[0])}
+
+
+# Keys a checkpoint has only with a feature the tiny run does not use: ema, a stream that keeps its
+# position, a model that carries state, data.sampler.
+KEYS_OF_FEATURES = {
+    "averaged_model_state_dict", "dataset_state_dict", "carried_state_dict", "sampler_state_dict"
+}  # fmt: skip
+
+
+def test_the_checkpoint_key_table_lists_every_key_a_checkpoint_holds(train_here):
+    """docs/checkpoints.md's table is what a user's own restore code reads: no key is missing from it,
+    and none it lists is made up."""
+    documented = first_column_names(section(DOCS / "checkpoints.md", "## What a checkpoint holds"))
+    run_dir = train_here(*TINY)
+    saved = set(torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True))
+    assert saved - documented == set()
+    assert documented - saved == KEYS_OF_FEATURES
