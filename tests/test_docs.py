@@ -214,3 +214,36 @@ def test_the_checkpoint_key_table_lists_every_key_a_checkpoint_holds(train_here)
     saved = set(torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True))
     assert saved - documented == set()
     assert documented - saved == KEYS_OF_FEATURES
+
+
+def documented_refusals() -> list[tuple[str, str]]:
+    """``(command line, error line)`` for each ``$ python -m runner ...`` example of the configuration
+    page that shows a ``runner: error:`` line."""
+    text = (DOCS / "configuration.md").read_text()
+    example = re.compile(r"^\$ python -m runner (.+?)(?:\s+#.*)?\n(runner: error: .+)$", flags=re.MULTILINE)
+    pairs = example.findall(text)
+    return [(command.strip(), error) for command, error in pairs]
+
+
+@pytest.mark.parametrize(("command", "error"), documented_refusals())
+def test_each_refusal_the_configuration_page_shows_is_what_runner_prints(
+    command, error, tmp_path, monkeypatch, capsys
+):
+    """In this process, through the CLI's entry point: exit 2, the line as shown ("..." stands for
+    the text left out), nothing written."""
+    from runner.cli.main import main
+
+    if "device=cuda" in command and torch.cuda.is_available():
+        pytest.skip("the example is for a machine without CUDA")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(shlex.split(command))
+    assert exited.value.code == 2
+    printed = capsys.readouterr().err.strip().splitlines()[-1]
+    shown = ".*".join(re.escape(part) for part in error.split("..."))
+    assert re.fullmatch(shown, printed), printed
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_configuration_page_shows_refusals():
+    assert len(documented_refusals()) >= 6
