@@ -247,3 +247,27 @@ def test_each_refusal_the_configuration_page_shows_is_what_runner_prints(
 
 def test_the_configuration_page_shows_refusals():
     assert len(documented_refusals()) >= 6
+
+
+def option_row(page: Path, key: str) -> str:
+    (row,) = [line for line in page.read_text().splitlines() if line.startswith(f"| `{key}` |")]
+    return row
+
+
+def test_the_sweeps_page_offers_every_sampler_and_pruner_the_sweeper_registers_but_cmaes():
+    """``cmaes`` is registered only to be refused with its reason (its state is a pickle in the
+    study): the page must not offer it, and must say why it is refused."""
+    from hydra.core.config_store import ConfigStore
+
+    import hydra_plugins.runner_optuna_sweeper.config  # noqa: F401  (registers the groups)
+
+    def registered(group: str) -> set[str]:
+        return {name.removesuffix(".yaml") for name in ConfigStore.instance().list(group)}
+
+    samplers = option_row(DOCS / "sweeps.md", "sampler")
+    choices = re.sub(r"\([^)]*\)", "", samplers.split(" | ")[1].split(";")[0])  # the list before the ;
+    offered = set(re.findall(r"`(?:hydra/sweeper/sampler=)?(\w+)`", choices))
+    assert offered == registered("hydra/sweeper/sampler") - {"cmaes"}
+    assert re.search(r"`cmaes` is refused: .*pickle", samplers)
+    pruners = set(re.findall(r"`(?:hydra/sweeper/pruner=)?(\w+)`", option_row(DOCS / "sweeps.md", "pruner")))
+    assert registered("hydra/sweeper/pruner") <= pruners
