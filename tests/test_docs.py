@@ -271,3 +271,24 @@ def test_the_sweeps_page_offers_every_sampler_and_pruner_the_sweeper_registers_b
     assert re.search(r"`cmaes` is refused: .*pickle", samplers)
     pruners = set(re.findall(r"`(?:hydra/sweeper/pruner=)?(\w+)`", option_row(DOCS / "sweeps.md", "pruner")))
     assert registered("hydra/sweeper/pruner") <= pruners
+
+
+def test_the_run_plan_the_runs_page_shows_is_the_plan_that_command_prints(train_here, caplog):
+    """docs/runs.md shows the plan of ``train precision=amp accumulate=4 trainer.max_steps=240`` on a
+    CPU: every row as runner prints it, but the run directory (the page's is an example path)."""
+    page = (DOCS / "runs.md").read_text()
+    (shown,) = [text for _, text in FENCE.findall(page) if text.startswith("run plan\n")]
+    assert "`python -m runner train precision=amp\naccumulate=4 trainer.max_steps=240` on a CPU" in page
+    if torch.cuda.is_available():
+        pytest.skip("the page shows a CPU run")
+    train_here("precision=amp", "accumulate=4", "trainer.max_steps=240")
+    (printed,) = [message for message in caplog.messages if message.startswith("run plan")]
+
+    def rows(plan: str) -> list[str]:
+        return [line for line in plan.strip().splitlines() if not re.match(r"  (run dir|watch) ", line)]
+
+    assert rows(printed) == rows(shown)
+    # The page's validation lines are that run's: with train/loss where the step was logged, without.
+    before_tensorboard = page.split("\n## TensorBoard\n")[0]
+    shown_lines = re.findall(r"`(epoch \d+ step \d+ \|[^`]+)`", before_tensorboard)
+    assert len(shown_lines) == 2 and set(shown_lines) <= set(caplog.messages)
