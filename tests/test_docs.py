@@ -292,3 +292,33 @@ def test_the_run_plan_the_runs_page_shows_is_the_plan_that_command_prints(train_
     before_tensorboard = page.split("\n## TensorBoard\n")[0]
     shown_lines = re.findall(r"`(epoch \d+ step \d+ \|[^`]+)`", before_tensorboard)
     assert len(shown_lines) == 2 and set(shown_lines) <= set(caplog.messages)
+
+
+# Left out of the layout: TrainState's old import path, kept only until checkpoint/sharded_saves.py
+# imports it from checkpoint/state.py (tests/test_architecture.py's AWAITING_MERGE).
+NOT_IN_LAYOUT = {"training/state.py"}
+
+
+def layout_by_folder() -> tuple[str, dict[str, str]]:
+    """docs/development.md's layout block, and the text under each folder of src/runner (``  name/``)."""
+    text = (DOCS / "development.md").read_text()
+    (layout,) = [block for _, block in FENCE.findall(text) if "src/runner/" in block]
+    under = re.compile(r"^  (\w+)/(.*?)(?=^  \w+/|^  \w+\.py|^\S)", flags=re.MULTILINE | re.DOTALL)
+    return layout, dict(under.findall(layout))
+
+
+def test_the_development_layout_names_every_module_in_its_folder():
+    """docs/development.md's layout is where a contributor looks for a module: each one of
+    src/runner is named under its own folder, and each file the layout names under a folder exists."""
+    layout, folders = layout_by_folder()
+    package = REPO / "src" / "runner"
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package)
+        package_marker = path.name == "__init__.py" and relative.parent.name != "doctor"
+        if package_marker or str(relative) in NOT_IN_LAYOUT:
+            continue
+        where = layout if len(relative.parts) == 1 else folders.get(relative.parts[0], "")
+        assert re.search(rf"\b{re.escape(path.name)}\b", where), f"{relative} is not in the layout"
+    for folder, text in folders.items():
+        for name in re.findall(r"\b(\w+\.py)\b", text):
+            assert list((package / folder).rglob(name)), f"{folder}/{name} does not exist"
