@@ -322,3 +322,16 @@ def test_the_development_layout_names_every_module_in_its_folder():
     for folder, text in folders.items():
         for name in re.findall(r"\b(\w+\.py)\b", text):
             assert list((package / folder).rglob(name)), f"{folder}/{name} does not exist"
+
+
+def test_the_readmes_validation_line_is_what_the_default_run_prints(train_here, caplog):
+    """The front page shows one line of ``python -m runner train``; the default run's first two
+    epochs print it (the later epochs do not change them)."""
+    readme = (REPO / "README.md").read_text()
+    (shown,) = re.findall(
+        r"^epoch \d+ step \d+ \|.*val/acc.*$", readme.split("## What a run gives you")[1], re.M
+    )
+    if torch.cuda.is_available():
+        pytest.skip("the README shows a CPU run")
+    train_here("trainer.max_epochs=2")
+    assert shown in caplog.messages
