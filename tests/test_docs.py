@@ -2,6 +2,7 @@
 README's five-minute plug-in runs as written and learns, the code it shows is the example's code, and
 CI runs the README's test command as written."""
 
+import dataclasses
 import os
 import re
 import shlex
@@ -334,3 +335,24 @@ def test_the_readmes_validation_line_is_what_the_default_run_prints(train_here, 
         pytest.skip("the README shows a CPU run")
     train_here("trainer.max_epochs=2")
     assert shown in caplog.messages
+
+
+def test_the_configuration_page_has_a_row_for_every_setting_and_names_every_section_key():
+    """Every top-level setting of the schema is a row of the settings table (its key first), and
+    every key of trainer, data, checkpoint and fsdp is named (``data.sampler``) in the reference."""
+    from runner.config import schema
+
+    rows = [line for line in (DOCS / "configuration.md").read_text().splitlines() if line.startswith("| `")]
+    row_keys = {name.split(".")[0] for name in first_column_names("\n".join(rows))}
+    settings = {item.name for item in dataclasses.fields(schema.RunConfig)}
+    assert settings - row_keys == set()
+    reference = "".join(page.read_text() for page in DOCS.glob("*.md"))
+    sections = {"trainer": schema.TrainerConfig, "data": schema.DataConfig,
+                "checkpoint": schema.CheckpointConfig, "fsdp": schema.FsdpConfig}  # fmt: skip
+    unnamed = [
+        f"{section}.{item.name}"
+        for section, config in sections.items()
+        for item in dataclasses.fields(config)
+        if f"`{section}.{item.name}" not in reference
+    ]
+    assert unnamed == []
