@@ -295,21 +295,6 @@ def test_the_run_plan_the_runs_page_shows_is_the_plan_that_command_prints(train_
     assert len(shown_lines) == 2 and set(shown_lines) <= set(caplog.messages)
 
 
-# Old paths this branch still has that main has removed (TrainState's old import path; cli/undo.py,
-# now experiment/undo.py): not named in the layout.
-NOT_IN_LAYOUT = {"training/state.py", "cli/undo.py"}
-# Named in the layout ahead of the merge of the branches that add them (t25b, t25c, rev26, tb2, house2,
-# all on main): once merged, empty both sets, so that every name the layout gives is checked.
-AWAITING_MERGE = {
-    "checkpoint/sharded_checks.py", "config/job_dirs.py", "cli/environment.py", "cli/fresh_run_dir.py",
-    "cli/hydra_start.py", "cli/optuna_settings.py", "cli/optuna_space.py", "cli/optuna_study.py",
-    "cli/sweep_job_dirs.py", "cli/worker_stop.py", "cli/resume_line.py", "cli/torchrun.py",
-    "experiment/job.py", "experiment/job_facts.py", "experiment/run_files.py", "experiment/sweep_job.py",
-    "experiment/sweep_stop.py", "experiment/undo.py", "tools/job_files.py", "tools/run_summary.py",
-    "tools/summary_plot.py", "tools/summary_table.py", "tools/overfit_check.py", "training/epochs.py",
-}  # fmt: skip
-
-
 def layout_by_folder() -> tuple[str, dict[str, str]]:
     """docs/development.md's layout block, and the text under each folder of src/runner (``  name/``)."""
     text = (DOCS / "development.md").read_text()
@@ -326,14 +311,14 @@ def test_the_development_layout_names_every_module_in_its_folder():
     for path in sorted(package.rglob("*.py")):
         relative = path.relative_to(package)
         package_marker = path.name == "__init__.py" and relative.parent.name != "doctor"
-        if package_marker or str(relative) in NOT_IN_LAYOUT:
+        if package_marker:
             continue
         where = layout if len(relative.parts) == 1 else folders.get(relative.parts[0], "")
         assert re.search(rf"\b{re.escape(path.name)}\b", where), f"{relative} is not in the layout"
     for folder, text in folders.items():
         for name in re.findall(r"\b(\w+\.py)\b", text):
             named = f"{folder}/{name}"
-            assert named in AWAITING_MERGE or list((package / folder).rglob(name)), f"{named} does not exist"
+            assert list((package / folder).rglob(name)), f"{named} does not exist"
 
 
 def test_the_readmes_validation_line_is_what_the_default_run_prints(train_here, caplog):
