@@ -45,6 +45,25 @@ def train_here(tmp_path, caplog, monkeypatch):
     return run
 
 
+@pytest.fixture(autouse=True)
+def _hydra_leaves_logging_and_argv_as_they_were(monkeypatch):
+    """A command run in this process under Hydra (``main_train``, ``main(["eval", ...])``) sets up
+    logging (handlers on the root logger, on streams pytest closes after the test), runner sends warnings
+    through it and writes ``sys.argv`` for Hydra: all put back for the tests after."""
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in [h for h in root.handlers if h not in handlers]:
+        root.removeHandler(handler)
+        handler.close()
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
+    logging.captureWarnings(False)
+
+
 def run_cli(*arguments: str, cwd: Path, env: dict | None = None, timeout: float = 240):
     """``python -m runner ...`` in a real subprocess, as a user runs it."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}

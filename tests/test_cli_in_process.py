@@ -3,33 +3,12 @@ line read, Hydra's facts about each job handed to the job lifecycle, a sweep's s
 subprocess tests (test_cli_*.py, test_sweeps.py) show what only a process shows; these keep the
 command line in the quick lane."""
 
-import logging
-import sys
-
 import pytest
 import yaml
 from conftest import TINY, job_dir
 
 from runner.cli.train import main_train
 from runner.observe.records import recorded_result
-
-
-@pytest.fixture(autouse=True)
-def _hydra_leaves_logging_and_argv_as_they_were(monkeypatch):
-    """Hydra sets up logging (handlers on the root logger, a file in the run directory), runner sends
-    warnings through it and writes ``sys.argv`` for Hydra: all put back for the tests after."""
-    monkeypatch.setattr(sys, "argv", list(sys.argv))
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in [h for h in root.handlers if h not in handlers]:
-        root.removeHandler(handler)
-        handler.close()
-    for handler in handlers:
-        if handler not in root.handlers:
-            root.addHandler(handler)
-    root.setLevel(level)
-    logging.captureWarnings(False)
 
 
 def test_a_run_records_ok_and_hydras_record(tmp_path):
