@@ -118,3 +118,18 @@ TINY = (
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     return tmp_path / "run"
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder`` with its size and modification time."""
+    files = (path for path in folder.rglob("*") if path.is_file())
+    return {str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns) for path in files}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A tiny run trained through the CLI, once per test module (tests copy it before they change it)."""
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    result = run_cli("train", *TINY, f"hydra.run.dir={run_dir}", cwd=run_dir.parent)
+    assert result.returncode == 0, result.stderr
+    return run_dir

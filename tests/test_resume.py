@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, read_scalars, run_cli
+from conftest import REPO, read_scalars, run_cli, snapshot
 
 from runner.checkpoint.files import atomic_save
 
@@ -196,12 +196,6 @@ def test_corrupted_checkpoints(tmp_path, finished_run):
     assert latest.returncode == 0, latest.stderr
     assert f"skipping checkpoint {last} is truncated" in latest.stderr
     assert "resumed from" in latest.stdout and "step_00000008.pt (step 8, epoch 2)" in latest.stdout
-
-
-def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
-    """Every file under ``folder`` with its size and modification time."""
-    files = (path for path in folder.rglob("*") if path.is_file())
-    return {str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns) for path in files}
 
 
 def flip_bytes_inside_a_tensor(path: Path, tensor: torch.Tensor) -> None:

@@ -33,14 +33,6 @@ def snapshot(root) -> dict[str, tuple[int, int]]:
     return seen
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    where = tmp_path_factory.mktemp("finished")
-    result = run_cli("train", *TINY, "hydra.run.dir=run", cwd=where)
-    assert result.returncode == 0, result.stderr
-    return where / "run"
-
-
 def one_error_line(result: subprocess.CompletedProcess) -> str:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stderr

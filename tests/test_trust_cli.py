@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 import torch
-from conftest import TINY, job_dir, run_cli
+from conftest import TINY, job_dir, run_cli, snapshot
 
 from runner.checkpoint.files import atomic_save
 
@@ -26,19 +26,6 @@ def refused_in_one_line(result, says: str) -> None:
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("runner: error: ") and says in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
-
-
-def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
-    files = (path for path in folder.rglob("*") if path.is_file())
-    return {str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns) for path in files}
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("finished") / "run"
-    result = run_cli("train", *TINY, f"hydra.run.dir={run_dir}", cwd=run_dir.parent)
-    assert result.returncode == 0, result.stderr
-    return run_dir
 
 
 def test_eval_refuses_an_escaped_interpolation_in_a_checkpoint(tmp_path, finished_run):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, job_dir, run_cli
+from conftest import TINY, job_dir, run_cli, snapshot
 
 from runner.checkpoint.files import atomic_save
 
@@ -31,19 +31,6 @@ def refused(result, says: str) -> None:
     assert result.returncode == 2, result.stderr
     assert lines and lines[-1].startswith("runner: error: ") and says in lines[-1], result.stderr
     assert "Traceback" not in result.stderr
-
-
-def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
-    files = (path for path in folder.rglob("*") if path.is_file())
-    return {str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns) for path in files}
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("finished") / "run"
-    result = run_cli("train", *TINY, f"hydra.run.dir={run_dir}", cwd=run_dir.parent)
-    assert result.returncode == 0, result.stderr
-    return run_dir
 
 
 def run_with_record(finished_run: Path, run_dir: Path, lines: list[str]) -> Path:
