@@ -1037,12 +1037,9 @@ def forged_config(
     def build(dest: Path, ctx: Context) -> None:
         checkpoint = copy.deepcopy(load_base(ctx))
         change(checkpoint, ctx)
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, 20000) if deep else limit)
-        try:
-            save(checkpoint, dest)
-        finally:
-            sys.setrecursionlimit(limit)
+        if deep:  # raised once for the whole process: cases build fixtures on two threads at a time
+            sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
+        save(checkpoint, dest)
 
     return build
 
@@ -1078,7 +1075,8 @@ def deep_result_sweep(dest: Path, ctx: Context) -> None:
     )  # fmt: skip
     if done.returncode != 0:
         raise Skip(f"could not build the sweep: {last_line(done.stderr)}")
-    (dest / "0" / "result.json").write_text("[" * 100000 + "]" * 100000)
+    (job_0,) = [path for path in dest.iterdir() if re.fullmatch(r"0+(_.*)?", path.name)]  # 000_seed=1
+    (job_0 / "result.json").write_text("[" * 100000 + "]" * 100000)
 
 
 DEEP_RESULT_SWEEP = f"train -m seed=1,2 {QUICK}"
