@@ -80,3 +80,14 @@ def test_a_resume_continues_the_run_in_its_own_directory_with_its_own_settings(t
     assert recorded["seed"] == 3 and recorded["trainer"]["max_steps"] == 6
     assert recorded_result(run_dir)["status"] == "ok"
     assert len(list((run_dir / ".hydra").glob("resume-*"))) == 1
+
+
+def test_an_override_naming_a_missing_key_is_one_line_also_in_a_list(tmp_path, capsys, monkeypatch):
+    """Hydra builds runner's callbacks from the command line's overrides: one that holds an
+    interpolation stays text there, and the run's own check names the key it cannot resolve."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main_train([*TINY, "model.hidden=[64,${oops}]", "hydra.run.dir=outputs/run"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == "runner: error: model.hidden[1]: Interpolation key 'oops' not found\n"
+    assert list(tmp_path.iterdir()) == []

@@ -19,7 +19,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
-from omegaconf import OmegaConf
+from omegaconf import ListConfig, OmegaConf
 
 from runner.config.job_dirs import find_job_dir, job_dir_name
 
@@ -64,7 +64,7 @@ def sweep_job_dir(command_line: str, *, _root_: Any) -> str:
     if found is not None:
         return found.name
     swept, jobs = sweep_plan(json.loads(command_line), hydra.get("sweeper"))
-    own = parsed(str(line) for line in hydra.overrides.task)
+    own = parsed(str(line) for line in as_written(hydra.overrides.task))
     settings = [
         (o.get_key_element(), o.input_line.partition("=")[2]) for o in own if o.get_key_element() in swept
     ]
@@ -74,7 +74,17 @@ def sweep_job_dir(command_line: str, *, _root_: Any) -> str:
 def sweep_overrides(task: Any) -> str:
     """The sweep's command-line overrides, as JSON text: a resolver's value where a config holds text
     (a callback's setting, ``--cfg hydra --resolve``)."""
-    return json.dumps([str(line) for line in task or []])
+    # "$" as JSON's \u0024: Hydra builds its callbacks from a config made anew from resolved values, where
+    # a "${" in this text would be an interpolation again.
+    return json.dumps([str(line) for line in as_written(task)]).replace("$", "\\u0024")
+
+
+def as_written(lines: Any) -> list:
+    """Overrides as the command line gave them: one holding an interpolation (``model.hidden=[64,${x}]``)
+    is text here, and the run's own check names it if it cannot be resolved."""
+    if isinstance(lines, ListConfig):
+        return OmegaConf.to_container(lines, resolve=False)
+    return list(lines or [])
 
 
 OmegaConf.register_new_resolver("sweep_overrides", sweep_overrides, use_cache=True, replace=True)
