@@ -251,19 +251,7 @@ def doctor_on(*overrides: str) -> list:
     """The checks on what ``runner doctor OVERRIDES`` builds, from the real composed config."""
     config = composed(*overrides)
     prepared = prepare(config, instantiate, config.seed)
-    return run_checks(
-        Setup(
-            model=prepared.parts.model,
-            optimizer_factory=lambda model: build_optimizer(instantiate, config, model),
-            loss_fn=prepared.parts.loss_fn,
-            train_loader=prepared.train_loader,
-            val_loader=prepared.val_loader,
-            device=prepared.device,
-            precision=prepared.precision,
-            clip=config.clip,
-            target_key=config.data.target_key,
-        )
-    )
+    return run_checks(Setup.of(config, prepared, lambda model: build_optimizer(instantiate, config, model)))
 
 
 def advises(results, direction: str) -> bool:

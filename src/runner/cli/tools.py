@@ -203,17 +203,7 @@ def doctor_task(cfg: DictConfig, as_json: bool) -> None:
     from runner.tools.doctor import FAIL, Setup, format_table, run_checks, to_json
 
     config, prepared = task_setup(cfg)
-    setup = Setup(
-        model=prepared.parts.model,
-        optimizer_factory=optimizer_factory(config),
-        loss_fn=prepared.parts.loss_fn,
-        train_loader=prepared.train_loader,
-        val_loader=prepared.val_loader,
-        device=prepared.device,
-        precision=prepared.precision,
-        clip=config.clip,
-        target_key=config.data.target_key,
-    )
+    setup = Setup.of(config, prepared, optimizer_factory(config))
     results = run_checks(setup)
     print(to_json(results) if as_json else format_table(results))
     raise SystemExit(1 if any(result.status == FAIL for result in results) else 0)

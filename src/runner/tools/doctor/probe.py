@@ -44,6 +44,22 @@ class Setup:
     clip: float | None
     target_key: str  # where a dict batch holds its targets
 
+    @classmethod
+    def of(cls, config: Any, prepared: Any, optimizer_factory: Callable[[nn.Module], Any]) -> "Setup":
+        """From a run's config and what ``experiment.setup.prepare`` built of it: the one place the
+        command and the tests take doctor's inputs from."""
+        return cls(
+            model=prepared.parts.model,
+            optimizer_factory=optimizer_factory,
+            loss_fn=prepared.parts.loss_fn,
+            train_loader=prepared.train_loader,
+            val_loader=prepared.val_loader,
+            device=prepared.device,
+            precision=prepared.precision,
+            clip=config.clip,
+            target_key=config.data.target_key,
+        )
+
 
 @dataclass
 class Finding:
