@@ -21,7 +21,7 @@ from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 from runner.config.typed import as_dict, flatten
 from runner.observe.hparams import HPARAMS_FILE, hparams_of
 from runner.observe.sweep_hparams import EXPERIMENT_FILE, sweep_experiment
-from runner.training.engine import NonFiniteError
+from runner.training.nonfinite import NonFiniteError
 
 
 @dataclass

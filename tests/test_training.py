@@ -11,7 +11,7 @@ from conftest import REPO, read_scalars
 
 from runner.config.errors import ConfigError
 from runner.models import mlp
-from runner.training.engine import NonFiniteError
+from runner.training.nonfinite import NonFiniteError
 
 TINY = (
     "data=classification", "data.dataset.num_train=64", "data.dataset.num_val=32", "data.batch_size=16",

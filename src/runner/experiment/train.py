@@ -44,10 +44,11 @@ from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
 from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job, process_group_of_one
-from runner.training.engine import LoopSettings, planned_steps, steps_per_epoch
+from runner.training.engine import LoopSettings
 from runner.training.epochs import Loaders, start_with_checked_batch
 from runner.training.fit_check import check_fit
 from runner.training.metrics import check_metrics_fit_loss, unshifted_accuracy_warning
+from runner.training.plan import planned_steps, steps_per_epoch
 from runner.training.seeding import draw_seed
 from runner.training.speed import apply_speed_settings
 from runner.training.step import Learner

@@ -6,17 +6,16 @@ for itself whether to act.
 """
 
 import logging
-import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 from torch.utils.data import DataLoader
 
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints
 from runner.checkpoint.state import TrainState
-from runner.config.errors import ConfigError, UserError
+from runner.config.errors import UserError
 from runner.config.monitors import check_monitored
 from runner.data.loading import batches_per_epoch, epoch_batches, read_ahead
 from runner.observe.progress import Progress
@@ -27,6 +26,8 @@ from runner.training.carried import carried_state_of
 from runner.training.device import to_floats
 from runner.training.epochs import Loaders, first_epoch_batches
 from runner.training.metrics import unlogged_metrics_warning
+from runner.training.nonfinite import count_skipped_step
+from runner.training.plan import LoopSettings, planned_steps
 from runner.training.schedules import Schedule
 from runner.training.step import (
     Learner,
@@ -39,25 +40,6 @@ from runner.training.step import (
 from runner.training.validation import evaluate, improves
 
 log = logging.getLogger("runner")
-
-
-@dataclass(frozen=True)
-class LoopSettings:
-    """What the loop is told, every value given: from a run's config, ``experiment/train.py``'s
-    ``loop_settings`` (the defaults are the schema's, in ``config/schema.py``)."""
-
-    max_steps: int | None
-    max_epochs: int | None
-    micro_batches_per_step: int
-    clip_norm: float | None
-    log_every_n_steps: int
-    val_every_n_epochs: int | None
-    val_every_n_steps: int | None
-    monitor: str
-    monitor_mode: str
-    metrics: dict[str, Any]  # name -> metric
-    on_nonfinite: str  # "raise", "skip", or "off" (no check: no host read per step)
-    max_nonfinite_in_a_row: int
 
 
 class StopFlag(Protocol):
@@ -75,64 +57,6 @@ class Hooks:
     checkpointer: Checkpointer = field(default_factory=NoCheckpoints)
     stop: StopFlag | None = None
     callbacks: Callbacks = field(default_factory=Callbacks)
-
-
-class NonFiniteError(UserError):
-    """Training produced a non-finite gradient; raised before the optimizer applied it."""
-
-
-ADVICE_NONFINITE = (
-    "lower the learning rate (optimizer.lr); then check the inputs and add gradient clipping (clip=1.0)"
-)
-
-
-def steps_per_epoch(micro_batches_per_epoch: int, micro_batches_per_step: int) -> int:
-    """A short last window still makes one optimizer step."""
-    return math.ceil(micro_batches_per_epoch / micro_batches_per_step)
-
-
-def planned_steps(settings: LoopSettings, micro_batches_per_epoch: int | None) -> int:
-    """``micro_batches_per_epoch=None``: a stream, whose length is unknown; ``max_steps`` plans it."""
-    limits = [settings.max_steps] if settings.max_steps is not None else []
-    if settings.max_epochs is not None and micro_batches_per_epoch is not None:
-        limits.append(
-            settings.max_epochs * steps_per_epoch(micro_batches_per_epoch, settings.micro_batches_per_step)
-        )
-    if micro_batches_per_epoch == 0:
-        raise ConfigError(
-            "an epoch has no batch: with data.drop_last=true, data.batch_size is larger than the "
-            "training samples each process gets; lower data.batch_size or set data.drop_last=false"
-        )
-    if not limits:
-        raise ConfigError(
-            "the training data is a stream (IterableDataset) of unknown length, so trainer.max_epochs "
-            "cannot plan the run; set trainer.max_steps"
-        )
-    return min(limits)
-
-
-def count_skipped_step(
-    state: TrainState, settings: LoopSettings, grad_norm: torch.Tensor, scaled: bool
-) -> None:
-    """A step the guard skipped: raise when asked to, or after too many skips in a row. Under loss
-    scaling an overflow is routine (the scaler lowers its scale), and it counts like any other skip."""
-    where = (
-        f"non-finite gradient (total norm {grad_norm.item()}) at optimizer step {state.step + 1} "
-        f"(epoch {state.epoch}, micro-batch {state.batches_done_in_epoch} of the epoch)"
-    )
-    last_loss = (
-        f"last logged loss {state.last_train_loss:.4g}"
-        if state.last_train_loss is not None
-        else "no loss logged yet"
-    )
-    if settings.on_nonfinite == "raise" and not scaled:
-        raise NonFiniteError(f"{where}; {last_loss}; the update was not applied. {ADVICE_NONFINITE}")
-    state.skipped_steps += 1
-    state.nonfinite_in_a_row += 1
-    if state.nonfinite_in_a_row >= settings.max_nonfinite_in_a_row:
-        raise NonFiniteError(
-            f"{where}: {state.nonfinite_in_a_row} steps in a row skipped; {last_loss}. {ADVICE_NONFINITE}"
-        )
 
 
 def step_scalars(
