@@ -69,10 +69,20 @@ def format_table(results: list[CheckResult]) -> str:
         lines.append(f"{result.number}. [{result.status:>4}] {result.check}: {result.found}")
         if result.advice and result.status != PASS:
             lines.append(f"   what to do: {result.advice}")
-    failed = [r for r in results if r.status == FAIL]
     lines.append("")
-    lines.append(f"{len(failed)} check(s) failed" if failed else "all checks passed")
+    lines.append(summary_line(results))
     return "\n".join(lines)
+
+
+def summary_line(results: list[CheckResult]) -> str:
+    """"all checks passed" only when every check ran and passed: a skipped one is counted, never hidden."""
+    counts = {status: sum(r.status == status for r in results) for status in (FAIL, PASS, SKIP)}
+    if counts[PASS] == len(results):
+        return "all checks passed"
+    parts = [f"{counts[PASS]} passed"] + ([f"{counts[SKIP]} skipped"] if counts[SKIP] else [])
+    if counts[FAIL]:
+        return f"{counts[FAIL]} check(s) failed, " + ", ".join(parts)
+    return ", ".join(parts)
 
 
 def to_json(results: list[CheckResult]) -> str:

@@ -54,13 +54,8 @@ def check_overfit(probe: Probe, steps: int = 100) -> Finding:
     )
     if last > 2 * first:
         return Finding(FAIL, found + " (it more than doubled: the steps overshoot)", lower)
-    if max(losses) > 2 * first:
-        highest = max(range(steps), key=losses.__getitem__) + 1
-        return Finding(
-            FAIL,
-            found + f" (it should fall clearly; it rose to {losses[highest - 1]:.4g} at step {highest})",
-            lower,
-        )
+    if rose := how_it_rose(losses):  # the steps overshoot: a higher rate would make it worse
+        return Finding(FAIL, found + f" (it should fall clearly; {rose})", lower)
     if probe.advised_lower_lr:  # a higher rate here would contradict that check
         return Finding(
             FAIL,
@@ -72,3 +67,16 @@ def check_overfit(probe: Probe, steps: int = 100) -> Finding:
         found + " (it should fall clearly)",
         "raise the learning rate a little, check that targets match inputs",
     )
+
+
+def how_it_rose(losses: list[float]) -> str:
+    """Whether the loss on one batch rose, said in words ("" if not): above its start after a step,
+    or at the end well above the lowest it had reached (it fell, then climbed back)."""
+    first, last = losses[0], min(losses[-5:])
+    highest = max(range(1, len(losses)), key=losses.__getitem__, default=0)
+    if losses[highest] > first:
+        return f"it rose to {losses[highest]:.4g} at step {highest + 1}"
+    lowest = min(range(len(losses)), key=losses.__getitem__)
+    if last >= first or last > 1.5 * losses[lowest]:
+        return f"it fell to {losses[lowest]:.4g} at step {lowest + 1}, then rose again"
+    return ""
