@@ -15,7 +15,8 @@ def test_a_loss_that_rose_on_one_batch_is_told_to_lower_the_learning_rate():
     to raise the rate."""
     config = composed("data=text", "model=char_rnn", "optimizer.lr=0.1")
     prepared = prepare(config, instantiate, config.seed)
-    results = run_checks(Setup.of(config, prepared, lambda model: build_optimizer(instantiate, config, model)))
+    factory = lambda model: build_optimizer(instantiate, config, model)  # noqa: E731
+    results = run_checks(Setup.of(config, prepared, factory))
     overfit = results[7]
     assert overfit.status == FAIL, overfit
     assert "it rose to " in overfit.found, overfit.found

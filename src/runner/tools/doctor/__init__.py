@@ -75,7 +75,7 @@ def format_table(results: list[CheckResult]) -> str:
 
 
 def summary_line(results: list[CheckResult]) -> str:
-    """"all checks passed" only when every check ran and passed: a skipped one is counted, never hidden."""
+    """The last line: "all checks passed" only when every check ran and passed; a skipped one is counted."""
     counts = {status: sum(r.status == status for r in results) for status in (FAIL, PASS, SKIP)}
     if counts[PASS] == len(results):
         return "all checks passed"
