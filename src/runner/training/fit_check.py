@@ -16,6 +16,7 @@ import runner
 from runner.training.batches import BatchError, ModelLoss, describe, forward, to_device
 from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.modes import evaluation_mode
+from runner.training.random_state import kept_random_state
 
 # Code that is not the user's: the standard library, installed packages, runner itself.
 LIBRARY_PATHS = [sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")]
@@ -62,9 +63,10 @@ def check_fit(
     model: torch.nn.Module, batch: Any, loss_fn: Callable, device: torch.device,
     autocast: Callable[[], AbstractContextManager], target_key: str,
 ) -> None:  # fmt: skip
-    """The model and the loss on ``batch`` once, in eval mode without gradients: no random draws, no
-    statistics updated, a carried state (``carried.py``) handed back as it was (a resumed run's, loaded
-    from its checkpoint, goes on from there), so the run trains exactly as it would without the check."""
+    """The model and the loss on ``batch`` once, in eval mode without gradients: every random state
+    kept (``random_state.py``), no statistics updated, a carried state (``carried.py``) handed back as
+    it was (a resumed run's, loaded from its checkpoint, goes on from there), so the run trains
+    exactly as it would without the check."""
     carried = carried_state_of(model)
     kept = None if isinstance(carried, NoCarriedState) else copy.deepcopy(carried.state_dict())
     checked_loss = loss_fn
@@ -75,7 +77,7 @@ def check_fit(
             return loss_fn(outputs, targets)
 
     try:
-        with evaluation_mode(model), torch.no_grad(), autocast():
+        with evaluation_mode(model), torch.no_grad(), autocast(), kept_random_state():
             forward(model, to_device(batch, device), checked_loss, target_key)
     except BatchError:
         raise

@@ -17,6 +17,7 @@ from torch import nn
 from runner.training.batches import count_samples, forward, items_in_outputs, loss_items, to_device
 from runner.training.distributed import sum_across_processes
 from runner.training.precision import Precision
+from runner.training.reduction import sums_its_loss
 
 
 @dataclass
@@ -93,12 +94,17 @@ def train_step(
     micro-batch and its outputs (for callbacks); off, nothing holds them past the step."""
     model, precision, optimizer = learner.model, learner.precision, learner.optimizer
     samples = sum(count_samples(batch, learner.target_key) for batch in window)
+    # A summed loss (reduction.py) adds up: each micro-batch's sum as it is (times the process count,
+    # which averaging the gradients divides out), its gradient the sum's over every process's window.
+    sums = sums_its_loss(learner.loss_fn, learner.plain_model)
     # One micro-batch on one process needs no weight: its targets are not read (on a device, a read of
     # them would be a host sync per step).
-    weighed = len(window) > 1 or learner.processes > 1
+    weighed = not sums and (len(window) > 1 or learner.processes > 1)
     items = [loss_items(batch, learner.loss_fn, learner.target_key) for batch in window] if weighed else [1]
     all_items = all_processes(sum(items), learner.processes)
-    shares = item_shares(items, all_items, learner.processes)
+    shares = (
+        [float(learner.processes)] * len(window) if sums else item_shares(items, all_items, learner.processes)
+    )
     said: list[torch.Tensor] = []  # the items a model with its own loss says it averaged over
     losses, weighted_losses = [], []
     for index, batch in enumerate(window):
@@ -169,6 +175,8 @@ def train_step(
         total = sum(counts[index] for index in kept) or 1
         window_loss = sum(losses[index].float() * (counts[index] / total) for index in kept)
     window_items = float(sum(counts[index] for index in kept))
+    if sums:  # per sample: the window's sum over its samples
+        window_loss, window_items = torch.stack(losses).sum() / samples, float(samples)
     last = (batch, outputs) if keep_last else (None, None)
     return StepResult(
         window_loss, grad_norm_before_clip, lr, applied, samples, group_lrs, window_items, *last

@@ -24,6 +24,8 @@ from runner.training.distributed import sum_across_processes
 from runner.training.metrics import uses_loss
 from runner.training.modes import evaluation_mode
 from runner.training.precision import Precision
+from runner.training.random_state import kept_random_state
+from runner.training.reduction import sums_its_loss
 
 
 def improves(value: float, best: float | None, mode: str, min_delta: float = 0.0) -> bool:
@@ -52,18 +54,22 @@ def evaluate(
             metric.to(device)
     loss_sum = torch.zeros((), device=device)
     elements = torch.zeros((), device=device, dtype=torch.long)
-    with evaluation_mode(model), torch.no_grad():
+    sums = sums_its_loss(loss_fn, model)  # a summed loss: its sum over the samples, per sample
+    # Draws inside (a model's noise, the loader's seed) come from copies: training draws as without it.
+    with evaluation_mode(model), torch.no_grad(), kept_random_state():
         for batch in loader:
             batch = to_device(batch, device, channels_last)
             with precision.autocast():
                 result = forward(model, batch, loss_fn, target_key)
             count = items_in_outputs(result.outputs) if isinstance(loss_fn, ModelLoss) else None
-            if count is None:
+            if sums:
+                count = count_samples(batch, target_key)
+            elif count is None:
                 scored = scored_targets(batch, result.targets, loss_fn)
                 count = loss_elements(loss_fn, scored, count_samples(batch, target_key))
             # A batch whose targets are all ignored (all padding) has no items: its own mean is 0/0
             # (NaN), and it adds nothing to the mean over the items of the others.
-            weighted = result.loss.float() * count
+            weighted = result.loss.float() if sums else result.loss.float() * count
             loss_sum += weighted.where(torch.as_tensor(count, device=device) != 0, 0.0)
             elements = elements + count  # class weights make it a float
             logits = logits_of(result.outputs)
