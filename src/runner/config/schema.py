@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from runner.config.name_patterns import PARAM_GROUPS, PATTERNS
 from runner.config.settings import (
     BOOLEAN,
     Rule,
@@ -144,6 +145,8 @@ class RunConfig:
     trainer: TrainerConfig = setting(TrainerConfig)
     data: DataConfig = setting(DataConfig)
     model: Any = setting(keys={"_target_": Setting()})
+    # Glob patterns over the model's named_parameters() names: requires_grad=False, not in the optimizer.
+    freeze: list[str] = setting([], rule=PATTERNS)
     optimizer: Any = setting(
         keys={
             "_target_": Setting(),
@@ -172,6 +175,9 @@ class RunConfig:
                     lambda v: isinstance(v, list | tuple) and all(isinstance(x, str) for x in v),
                 ),
             ),
+            # Groups chosen by name (experiment/param_groups.py): the first whose params match takes a
+            # parameter, with its own optimizer arguments; the rest keep the optimizer's.
+            "param_groups": Setting(PARAM_GROUPS),
         }
     )
     # A named schedule (name: none, cosine or step, stepped per optimizer step, with warmup_steps), or

@@ -121,14 +121,20 @@ def optimizer_plan(optimizer: torch.optim.Optimizer, target: str | None) -> str:
     return f"{named(optimizer, target)}, lr {first.get('initial_lr', first['lr']):g}{decay}"
 
 
-def parameter_groups(optimizer: torch.optim.Optimizer) -> list[str]:
-    """Each group's tensors and parameters, and its weight decay: what ``optimizer.no_decay`` did."""
+def parameter_groups(optimizer: torch.optim.Optimizer, model: torch.nn.Module | None = None) -> list[str]:
+    """Each group's tensors and parameters, and its weight decay: what ``optimizer.no_decay`` did. With
+    the model (``optimizer.param_groups`` or ``freeze`` set), each group's rate too, and the frozen."""
     groups = []
     for index, group in enumerate(optimizer.param_groups):
         tensors, count = len(group["params"]), sum(p.numel() for p in group["params"])
+        lr = f", lr {group.get('initial_lr', group['lr']):g}" if model is not None else ""
         decay = f", weight_decay {group['weight_decay']:g}" if "weight_decay" in group else ""
         plural = "tensor" if tensors == 1 else "tensors"
-        groups.append(f"{group.get('name', index)}: {tensors} {plural}, {count:,} parameters{decay}")
+        groups.append(f"{group.get('name', index)}: {tensors} {plural}, {count:,} parameters{lr}{decay}")
+    frozen = [p for p in model.parameters() if not p.requires_grad] if model is not None else []
+    if frozen:
+        plural = "tensor" if len(frozen) == 1 else "tensors"
+        groups.append(f"frozen: {len(frozen)} {plural}, {sum(p.numel() for p in frozen):,} parameters")
     return groups
 
 
@@ -186,14 +192,15 @@ def order_plan(config: RunConfig, train_set: Any) -> str:
 def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]]:
     batch_size, accumulate, world_size = config.data.batch_size, config.accumulate, built.world_size
     limits = f"max_steps={show(config.trainer.max_steps)}, max_epochs={show(config.trainer.max_epochs)}"
-    groups = parameter_groups(built.optimizer)
+    by_name = bool(config.freeze or config.optimizer.get("param_groups"))
+    groups = parameter_groups(built.optimizer, built.model if by_name else None)
     notes = built.spread_notes
     return [
         ("model", model_plan(built.model, config.model.get("_target_"))),
         ("data", data_plan(built)),
         ("loss", loss_plan(built.loss_fn, config.loss)),
         ("optimizer", optimizer_plan(built.optimizer, config.optimizer.get("_target_"))),
-        *([("parameter groups", groups)] if len(groups) > 1 else []),
+        *([("parameter groups", groups)] if len(groups) > 1 or by_name else []),
         ("schedule", schedule_plan(config.scheduler)),
         ("device", str(built.device)),
         *([("strategy", notes["strategy"])] if "strategy" in notes else []),

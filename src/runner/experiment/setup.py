@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from runner.config.errors import ConfigError, show
 from runner.config.schema import RunConfig
 from runner.data.loading import EpochSampler, is_stream, make_loaders
+from runner.experiment.param_groups import freeze_parameters, named_groups, no_decay_split, offered_by_name
 from runner.training.device import resolve_device
 from runner.training.distributed import ProcessInfo
 from runner.training.precision import Precision, resolve_precision
@@ -99,12 +100,21 @@ def parameter_groups(model: torch.nn.Module, no_decay: Sequence[str]) -> list[di
 
 def build_optimizer(build: Build, config: RunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     """``optimizer.no_decay`` makes two parameter groups; without it the optimizer gets every
-    parameter, as a hand-written loop does."""
+    parameter, as a hand-written loop does. ``optimizer.param_groups`` and ``freeze`` choose them by
+    name, and a builder of one's own may ask for ``named_parameters`` or ``model`` (param_groups.py)."""
     spec = dict(config.optimizer)
     no_decay = spec.pop("no_decay", None)
-    if not no_decay:
-        return build_component(build, "optimizer", spec, model.parameters())
-    return build_component(build, "optimizer", spec, parameter_groups(model, no_decay))
+    if group_specs := spec.pop("param_groups", None):
+        params = named_groups(model, group_specs, no_decay_split(model, no_decay, is_norm_layer))
+    elif no_decay:
+        params = parameter_groups(model, no_decay)
+    else:
+        params = [p for p in model.parameters() if p.requires_grad] if config.freeze else model.parameters()
+    if not str(spec.get("_target_", "")).startswith("torch.optim."):
+        partial = build_component(build, "optimizer", {**spec, "_partial_": True})
+        if given := offered_by_name(partial, model, params):
+            return build_component(lambda _: partial(**given), "optimizer", spec)
+    return build_component(build, "optimizer", spec, params)
 
 
 def build_named(build: Build, section: str, specs: Mapping[str, Any]) -> dict[str, Any]:
@@ -166,6 +176,7 @@ def build_model_and_data(config: RunConfig, build: Build, device: torch.device) 
                 f"data.dataset._target_={config.data.dataset['_target_']} returned an empty {name} set "
                 f"(0 samples); a run needs samples to {'train on' if name == 'training' else 'evaluate on'}"
             )
+    freeze_parameters(model, config.freeze)  # before any wrapper or optimizer sees requires_grad
     loss_fn = build_component(build, "loss", config.loss)
     test_set = datasets[2] if len(datasets) == 3 else None
     return Components(model.to(device), datasets[0], datasets[1], loss_fn, test_set)

@@ -1,0 +1,86 @@
+"""Parameters chosen by name in the config: freeze, optimizer.param_groups (first match wins, the rest
+keep the optimizer's settings, no_decay splits each group), a builder of one's own given the names."""
+
+import pytest
+import torch
+from conftest import PLUGINS, composed
+from hydra.utils import instantiate
+from torch import nn
+
+from runner.experiment.param_groups import closest_names, freeze_parameters, named_groups, no_decay_split
+from runner.experiment.setup import build_model_and_data, build_optimizer, is_norm_layer
+
+CPU = torch.device("cpu")
+
+
+def net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 8), nn.Linear(8, 2))
+
+
+def names_of(model: nn.Module, group: dict) -> list[str]:
+    ids = {id(p) for p in group["params"]}
+    return [name for name, p in model.named_parameters() if id(p) in ids]
+
+
+def test_the_first_matching_group_takes_a_parameter_and_the_rest_keep_the_optimizers_settings():
+    model = net()
+    specs = [
+        {"params": ["2.*", "3.weight"], "lr": 0.5, "name": "late"},
+        {"params": "3.*", "weight_decay": 0.3},
+    ]
+    groups = named_groups(model, specs, no_decay_split(model, None, is_norm_layer))
+    assert [group["name"] for group in groups] == ["late", "group1", "rest"]
+    assert names_of(model, groups[0]) == ["2.weight", "2.bias", "3.weight"] and groups[0]["lr"] == 0.5
+    assert names_of(model, groups[1]) == ["3.bias"] and groups[1]["weight_decay"] == 0.3
+    assert names_of(model, groups[2]) == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    assert set(groups[2]) == {"params", "name"}  # the optimizer's own settings
+
+
+def test_no_decay_splits_each_group_and_frozen_parameters_are_left_out():
+    model = net()
+    assert freeze_parameters(model, ["0.*"]) == 2
+    groups = named_groups(model, [{"params": "3.*", "lr": 0.5, "name": "head"}],
+                          no_decay_split(model, ["bias", "norm"], is_norm_layer))  # fmt: skip
+    assert {group["name"]: names_of(model, group) for group in groups} == {
+        "head": ["3.weight"],
+        "head.no_decay": ["3.bias"],
+        "rest": ["2.weight"],
+        "rest.no_decay": ["1.weight", "1.bias", "2.bias"],
+    }
+    assert all(group["weight_decay"] == 0.0 for group in groups if group["name"].endswith(".no_decay"))
+    assert groups[1]["lr"] == 0.5
+
+
+def test_closest_names_suggest_module_patterns_and_names():
+    names = [name for name, _ in net().named_parameters()]
+    assert closest_names("3.wieght", names)[0] == "3.weight"
+    assert "2.*" in closest_names("2.x*", names)
+
+
+def optimizer_for(*overrides: str) -> tuple[nn.Module, torch.optim.Optimizer]:
+    config = composed("optimizer=sgd", "trainer.max_steps=1", *overrides)
+    model = build_model_and_data(config, instantiate, CPU).model
+    return model, build_optimizer(instantiate, config, model)
+
+
+@pytest.fixture
+def plugins(monkeypatch):
+    monkeypatch.syspath_prepend(str(PLUGINS))
+
+
+def test_a_builder_that_asks_for_named_parameters_is_given_them(plugins):
+    model, optimizer = optimizer_for(
+        "optimizer._target_=named_optimizer.head_faster", "+optimizer.head_lr=0.5"
+    )
+    head = optimizer.param_groups[1]
+    assert head["lr"] == 0.5 and [id(p) for p in head["params"]] == [id(p) for p in model[3].parameters()]
+    assert optimizer.param_groups[0]["lr"] == 0.01
+
+
+def test_a_builder_that_asks_for_the_model_is_given_it_and_frozen_parameters_stay_out(plugins):
+    model, optimizer = optimizer_for("optimizer._target_=named_optimizer.over_the_model")
+    assert [id(p) for p in optimizer.param_groups[0]["params"]] == [id(p) for p in model[3].parameters()]
+    model, optimizer = optimizer_for("freeze=[1.*]")
+    assert not model[1].weight.requires_grad
+    assert [id(p) for p in optimizer.param_groups[0]["params"]] == [id(p) for p in model[3].parameters()]
