@@ -47,7 +47,9 @@ def reference_loop(seed: int = 0) -> tuple[list[float], dict[str, torch.Tensor]]
 
 
 @pytest.mark.parametrize("val_every_n_epochs", ["1", "null"])
-def test_the_vae_trains_as_its_own_loop_whatever_the_validation_cadence(train_example, val_every_n_epochs):
+def test_the_vae_trains_as_its_own_loop_whatever_the_validation_cadence(
+    train_example, caplog, val_every_n_epochs
+):
     run_dir = train_example(
         f"trainer.max_epochs={EPOCHS}", "trainer.log_every_n_steps=1",
         f"trainer.val_every_n_epochs={val_every_n_epochs}",
@@ -61,3 +63,4 @@ def test_the_vae_trains_as_its_own_loop_whatever_the_validation_cadence(train_ex
     trained = torch.load(run_dir / "checkpoints" / "last.pt")["model_state_dict"]
     for name, value in weights.items():
         assert torch.equal(trained[name], value), name
+    assert "(loss=from_model); a sum over samples: accumulated as one, logged" in caplog.text  # the run plan

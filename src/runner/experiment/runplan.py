@@ -20,6 +20,7 @@ from runner.config.schema import CheckpointConfig, RunConfig
 from runner.data.loading import is_stream
 from runner.training.batches import ModelLoss
 from runner.training.precision import Precision
+from runner.training.reduction import sums_its_loss
 
 WIDTH = 100
 NAME_WIDTH = 16
@@ -172,6 +173,13 @@ def loss_plan(loss_fn: Callable, loss: dict[str, Any]) -> str:
     return named(loss_fn, loss.get("_target_"))
 
 
+def summed_plan(loss_fn: Callable, model: torch.nn.Module) -> str:
+    """A summed loss (``training/reduction.py``) is accumulated as a sum and logged per sample."""
+    return (
+        "; a sum over samples: accumulated as one, logged per sample" if sums_its_loss(loss_fn, model) else ""
+    )
+
+
 def precision_plan(precision: Precision) -> str:
     if precision.fallback_reason:
         return f"{precision.used} (requested {precision.requested}: {precision.fallback_reason})"
@@ -198,7 +206,7 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
     return [
         ("model", model_plan(built.model, config.model.get("_target_"))),
         ("data", data_plan(built)),
-        ("loss", loss_plan(built.loss_fn, config.loss)),
+        ("loss", loss_plan(built.loss_fn, config.loss) + summed_plan(built.loss_fn, built.model)),
         ("optimizer", optimizer_plan(built.optimizer, config.optimizer.get("_target_"))),
         *([("parameter groups", groups)] if len(groups) > 1 or by_name else []),
         ("schedule", schedule_plan(config.scheduler)),
