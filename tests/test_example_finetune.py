@@ -107,6 +107,13 @@ def test_a_pattern_that_matches_nothing_is_refused_naming_the_closest_names(
     assert not list(run_dir.iterdir())  # nothing written
 
 
+def test_a_group_argument_the_optimizer_does_not_take_is_refused(train_here, example, tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        train_here(*EXPERIMENT, "optimizer.param_groups=[{params: head.*, lrr: 0.1}]", run_dir=tmp_path / "r")
+    assert str(refused.value).startswith("optimizer.param_groups[0].lrr: AdamW has no argument lrr; a group "
+                                         "takes params, name, lr, "), refused.value  # fmt: skip
+
+
 def test_doctor_runs_every_check_on_a_frozen_grouped_model(example):
     config = composed(*EXPERIMENT)
     prepared = prepare(config, instantiate, config.seed)

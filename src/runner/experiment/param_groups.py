@@ -137,3 +137,16 @@ def offered_by_name(partial: Callable[..., Any], model: torch.nn.Module, params:
     if given and "params" in wanted and "params" not in set_already:
         given["params"] = params
     return given
+
+
+def check_group_options(optimizer: torch.optim.Optimizer, specs: Sequence[Mapping[str, Any]]) -> None:
+    """A group's key that is not one of the optimizer's arguments is a typo torch would keep silently
+    (``lrr: 0.1`` trains at the optimizer's rate): refused, naming the key and the arguments."""
+    for index, spec in enumerate(specs):
+        for key in spec:
+            if key not in ("params", "name") and key not in optimizer.defaults:
+                arguments = ", ".join(["params", "name", *optimizer.defaults])
+                raise ConfigError(
+                    f"optimizer.param_groups[{index}].{key}: {type(optimizer).__name__} has no argument "
+                    f"{key}; a group takes {arguments}"
+                )

@@ -17,7 +17,13 @@ from torch.utils.data import DataLoader, DistributedSampler
 from runner.config.errors import ConfigError, show
 from runner.config.schema import RunConfig
 from runner.data.loading import EpochSampler, is_stream, make_loaders
-from runner.experiment.param_groups import freeze_parameters, named_groups, no_decay_split, offered_by_name
+from runner.experiment.param_groups import (
+    check_group_options,
+    freeze_parameters,
+    named_groups,
+    no_decay_split,
+    offered_by_name,
+)
 from runner.training.device import resolve_device
 from runner.training.distributed import ProcessInfo
 from runner.training.precision import Precision, resolve_precision
@@ -114,7 +120,9 @@ def build_optimizer(build: Build, config: RunConfig, model: torch.nn.Module) -> 
         partial = build_component(build, "optimizer", {**spec, "_partial_": True})
         if given := offered_by_name(partial, model, params):
             return build_component(lambda _: partial(**given), "optimizer", spec)
-    return build_component(build, "optimizer", spec, params)
+    optimizer = build_component(build, "optimizer", spec, params)
+    check_group_options(optimizer, group_specs or [])
+    return optimizer
 
 
 def build_named(build: Build, section: str, specs: Mapping[str, Any]) -> dict[str, Any]:
