@@ -46,13 +46,16 @@ def reference_loop(seed: int = 0) -> tuple[list[float], dict[str, torch.Tensor]]
     return losses, model.state_dict()
 
 
-@pytest.mark.parametrize("val_every_n_epochs", ["1", "null"])
+@pytest.mark.parametrize(
+    ("val_every_n_epochs", "callbacks"),
+    [("1", "none"), ("null", "none"), ("1", "[early_stopping,ema]")],  # EMA: validations of its own weights
+)
 def test_the_vae_trains_as_its_own_loop_whatever_the_validation_cadence(
-    train_example, caplog, val_every_n_epochs
+    train_example, caplog, val_every_n_epochs, callbacks
 ):
     run_dir = train_example(
         f"trainer.max_epochs={EPOCHS}", "trainer.log_every_n_steps=1",
-        f"trainer.val_every_n_epochs={val_every_n_epochs}",
+        f"trainer.val_every_n_epochs={val_every_n_epochs}", f"callbacks={callbacks}",
     )  # fmt: skip
     losses, weights = reference_loop()
     scalars = read_scalars(run_dir)
