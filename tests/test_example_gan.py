@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, read_scalars, run_cli
+from conftest import REPO, composed, read_scalars, run_cli
+from hydra.utils import instantiate
 
 from runner.config.errors import ConfigError
 from runner.data import load_digits
+from runner.experiment.setup import build_optimizer, prepare
+from runner.tools.doctor import PASS, SKIP, Setup, run_checks
 
 EXAMPLE = REPO / "examples" / "gan"
 EXPERIMENT = (f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]", "+experiment=gan", "precision=fp32",
@@ -135,6 +138,23 @@ def test_optimizers_that_do_not_fit_the_model_are_refused_in_one_line(train_exam
         train_here(
             "+optimizers.all.params=*", "+optimizers.all._target_=torch.optim.SGD", "+optimizers.all.lr=0.1"
         )
+
+
+def test_doctor_checks_the_gan_per_optimizer_and_says_why_it_skips_the_overfit_check(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    config = composed(*EXPERIMENT)
+    prepared = prepare(config, instantiate, config.seed)
+    results = run_checks(
+        Setup.of(config, prepared, lambda model: build_optimizer(instantiate, config, model))
+    )
+    assert [result.status for result in results] == [PASS] * 7 + [SKIP]
+    assert results[5].found == (
+        "9 of 9 trainable tensors changed (lr 0.0002) (discriminator 5 of 5, generator 4 of 4)"
+    )
+    assert results[7].found.startswith(
+        "a step the model writes, with optimizers discriminator, generator, has no one loss that must fall "
+        "on one batch (a GAN's oppose each other); its step ran 100 times: loss_d 1.392 -> "
+    )
 
 
 GAN_ENV = {

@@ -1,7 +1,7 @@
 """The example's own loop: dcgan/main.py's training loop on the digits, as it is written there
 (``netD.zero_grad()``, ``errD_real.backward()``, ``optimizerD.step()``, ...), over the data in runner's
-order (``randperm(seed + epoch)``). ``python examples/gan/gan/hand_loop.py`` prints its losses;
-runner's ``+experiment=gan`` trains exactly so (tests/test_example_gan.py)."""
+order (``randperm(seed + epoch)``). ``PYTHONPATH=examples/gan python examples/gan/gan/hand_loop.py``
+prints its losses; runner's ``+experiment=gan`` trains exactly so (tests/test_example_gan.py)."""
 
 import torch
 from torch import optim
@@ -58,6 +58,6 @@ def train_by_hand(
     return model, losses
 
 
-if __name__ == "__main__":
-    for step, (loss_d, loss_g) in enumerate(train_by_hand(46)[1], start=1):
-        print(f"[{step}/46] Loss_D: {loss_d:.4f} Loss_G: {loss_g:.4f}")
+if __name__ == "__main__":  # 5 epochs of 23 steps: what +experiment=gan trains
+    for step, (loss_d, loss_g) in enumerate(train_by_hand(115)[1], start=1):
+        print(f"[{step}/115] Loss_D: {loss_d:.4f} Loss_G: {loss_g:.4f}")
