@@ -12,7 +12,6 @@ it does nothing). With ``accumulate=1`` this is the hand-written loop's step exa
 """
 
 from collections.abc import Mapping
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,7 +144,7 @@ def manual_train_step(
     for index, batch in enumerate(window):
         batch = to_device(batch, learner.device, learner.channels_last)
         step.share, step.last_micro_batch = shares[index], index == len(window) - 1
-        with learner.precision.autocast() if learner.precision.used != "fp32" else nullcontext():
+        with learner.precision.autocast():
             returned = getattr(model, OWN_STEP)(batch, step)
         for name, value in losses_of(returned).items():
             weighted = value.float() * shares[index] / processes if weighed else value
