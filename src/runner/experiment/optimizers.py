@@ -8,14 +8,22 @@ from typing import Any
 
 import torch
 
-from runner.config.errors import ConfigError
-from runner.config.schema import RunConfig
+from runner.config.checks import check_scheduler
+from runner.config.errors import ConfigError, show
+from runner.config.schema import SETTINGS, RunConfig
 from runner.experiment.parts import as_patterns, matching
 from runner.training.manual_step import OWN_STEP, manual_train_step, writes_own_step
 from runner.training.named_optimizers import NamedOptimizers, NamedSchedulers
 from runner.training.schedules import Schedule
 
 OWN_KEYS = ("params", "clip", "scheduler")
+
+
+def check_value(setting: str, value: Any, key: str) -> None:
+    """``value`` under the rule of the run's ``setting`` (an optimizer's own clip takes the run's)."""
+    rule = SETTINGS[setting].rule
+    if rule is not None and not rule.accepts(value):
+        raise ConfigError(f"{key}={show(value)} is not allowed; {key} must be {rule.allowed}")
 
 
 def named_optimizers(
@@ -54,7 +62,12 @@ def named_optimizers(
         spec = {k: v for k, v in entry.items() if k not in OWN_KEYS}
         optimizers[name] = build_one(key, spec, [p for _, p in chosen])
         clips[name] = entry.get("clip", config.clip)
+        check_value("clip", clips[name], f"{key}.clip")
         schedulers[name] = entry.get("scheduler", config.scheduler)
+        check_scheduler(schedulers[name])
+        for setting, value in schedulers[name].items():
+            if f"scheduler.{setting}" in SETTINGS:
+                check_value(f"scheduler.{setting}", value, f"{key}.scheduler.{setting}")
     left = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in owner]
     if left:
         raise ConfigError(
