@@ -70,7 +70,11 @@ class Step:
             average_gradients(parameters, learner.processes)
         scaler.unscale_(optimizer)
         grads = [p.grad for p in parameters if p.grad is not None]
-        norm = global_norm(torch.nn.utils.get_total_norm(grads)) if grads else torch.zeros(())
+        norm = (
+            global_norm(torch.nn.utils.get_total_norm(grads))
+            if grads
+            else torch.zeros((), device=learner.device)
+        )
         clip = self._named.clips[name]
         if clip is not None and grads:
             torch.nn.utils.clip_grads_with_norm_(parameters, clip, norm)
@@ -126,8 +130,8 @@ def manual_train_step(
     check_finite: bool = True,
     keep_last: bool = False,
 ) -> StepResult:
-    """One window of the model's own step (see the module's docstring). ``clip_norm`` is each
-    optimizer's own clip here (``optimizers.<name>.clip``, the run's ``clip`` by default)."""
+    """One window of the model's own step (see the module's docstring). ``clip_norm`` is not read:
+    each optimizer clips at its own (``optimizers.<name>.clip``, the run's ``clip`` by default)."""
     named = learner.optimizer
     assert isinstance(named, NamedOptimizers)
     model, processes = learner.plain_model, learner.processes
@@ -163,26 +167,27 @@ def manual_train_step(
     return result_of(learner, named, updates, loss, totals, sum(counts), batch, returned, keep_last)
 
 
+def combined(norms: Mapping[str, torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The norm over every part's gradients, from each part's norm (0 without an update)."""
+    if not norms:
+        return torch.zeros((), device=device)
+    return torch.stack([norm.float() for norm in norms.values()]).square().sum().sqrt()
+
+
 def result_of(
     learner: Learner, named: NamedOptimizers, updates: Updates, loss: torch.Tensor,
     totals: Mapping[str, torch.Tensor], samples: int, batch: Any, returned: Any, keep_last: bool,
 ) -> StepResult:  # fmt: skip
-    norms = updates.norms
-    total = (
-        torch.stack([n.float() for n in norms.values()]).square().sum().sqrt() if norms else torch.zeros(())
-    )
-    clipped = (
-        torch.stack([n.float() for n in updates.clipped.values()]).square().sum().sqrt()
-        if norms else torch.zeros(())
-    )  # fmt: skip
+    """``train/grad_norm`` over every part; each part's norms and each named loss as scalars of their
+    own (``train/grad_norm/<name>``, ``train/<loss name>``)."""
     scalars: dict[str, Any] = {f"train/{name}": value for name, value in totals.items() if name != "loss"}
-    for name in norms:
-        scalars[f"train/grad_norm/{name}"] = norms[name]
+    for name, norm in updates.norms.items():
+        scalars[f"train/grad_norm/{name}"] = norm
         scalars[f"train/grad_norm_clipped/{name}"] = updates.clipped[name]
-    scalars["train/grad_norm_clipped"] = clipped
+    scalars["train/grad_norm_clipped"] = combined(updates.clipped, learner.device)
     groups = named.param_groups
-    applied = all(updates.applied.values())
     return StepResult(
-        loss, total, groups[0]["lr"], applied, samples, tuple(g["lr"] for g in groups), float(samples),
-        batch if keep_last else None, returned if keep_last else None, scalars,
+        loss, combined(updates.norms, learner.device), groups[0]["lr"], all(updates.applied.values()),
+        samples, tuple(group["lr"] for group in groups), float(samples), batch if keep_last else None,
+        returned if keep_last else None, scalars,
     )  # fmt: skip
