@@ -124,6 +124,19 @@ def test_accumulation_and_a_clip_per_optimizer_equal_a_hand_loop_doing_the_same(
     assert max(value for _, value in scalars["train/grad_norm/discriminator"]) > 0.05
 
 
+def test_each_optimizer_has_its_scheduler_the_runs_or_its_own(train_example):
+    run_dir = train_example(
+        "trainer.max_steps=4", "scheduler=cosine", "+optimizers.generator.scheduler.name=none"
+    )
+    scalars = read_scalars(run_dir)
+    cosine = [value for _, value in scalars["train/lr/discriminator"]]
+    assert (
+        cosine[0] == pytest.approx(0.0002) and cosine == sorted(cosine, reverse=True) and cosine[-1] < 0.0001
+    )
+    assert [value for _, value in scalars["train/lr/generator"]] == pytest.approx([0.0002] * 4)
+    assert last_checkpoint(run_dir)["scheduler_state_dict"]["discriminator"]["last_epoch"] == 4
+
+
 def test_optimizers_that_do_not_fit_the_model_are_refused_in_one_line(train_example, train_here):
     unmatched = r"optimizers.generator: the pattern 'generater.\*' matches no parameter of DCGAN; the closest"
     with pytest.raises(ConfigError, match=unmatched + r" names are generator\."):
