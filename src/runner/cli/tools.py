@@ -222,10 +222,14 @@ def lr_find_task(cfg: DictConfig) -> None:
 
     config, prepared = task_setup(cfg, check_fit=True)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    curve = find_lr(
-        prepared.parts.model, optimizer_factory(config), prepared.parts.loss_fn, prepared.train_loader,
-        prepared.device, prepared.precision, config.clip, target_key=config.data.target_key,
-    )  # fmt: skip
+    try:  # a refusal that needs the optimizer built (several: optimizers) writes nothing either
+        curve = find_lr(
+            prepared.parts.model, optimizer_factory(config), prepared.parts.loss_fn, prepared.train_loader,
+            prepared.device, prepared.precision, config.clip, target_key=config.data.target_key,
+        )  # fmt: skip
+    except UserError as error:
+        remove_new_run_dir(run_dir, keep=Path.cwd())
+        exit_with(error)
     try:
         plot = record(curve, run_dir)
     except WriteError as error:

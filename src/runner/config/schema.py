@@ -4,6 +4,7 @@ overrides. ``_target_`` groups (model, data set, optimizer, loss) stay open mapp
 and its arguments; the few keys runner knows inside them are declared with ``keys=``."""
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,6 +180,16 @@ class RunConfig:
             # parameter, with its own optimizer arguments; the rest keep the optimizer's.
             "param_groups": Setting(PARAM_GROUPS),
         }
+    )
+    # name -> an optimizer over a named part of the model, for a model that writes its own step
+    # (training_step): params (glob patterns over parameter names), _target_ and its arguments, and
+    # optionally clip and scheduler (the run's by default). Empty: one optimizer (optimizer).
+    optimizers: dict[str, Any] = setting(
+        {},
+        rule=Rule(
+            "a mapping of names to optimizer configs (params: glob patterns, _target_, its arguments)",
+            lambda v: isinstance(v, Mapping) and all(isinstance(entry, Mapping) for entry in v.values()),
+        ),
     )
     # A named schedule (name: none, cosine or step, stepped per optimizer step, with warmup_steps), or
     # any _target_ scheduler (its other keys are its arguments; ${total_steps} and ${steps_per_epoch}

@@ -56,6 +56,14 @@ def spread_model(
         notes["strategy"] = f"fsdp (FSDP2): {units}, over {process.world_size} process(es){dtype}"
         compiled = torch.compile(model) if config.compile else model
         return Spread(compiled, lambda: no_gradient_sync(model), notes)
+    if process.distributed and config.optimizers:  # a step the model writes: manual_step.py averages
+        for tensor in [*model.parameters(), *model.buffers()]:  # rank 0's start, as DDP's
+            torch.distributed.broadcast(tensor.detach(), src=0)
+        notes["strategy"] = (
+            f"ddp: a whole copy of the model on each of {process.world_size} processes; each optimizer's "
+            "gradients averaged at its update"
+        )
+        return Spread(forward_model, nullcontext, notes)
     if process.distributed:
         from torch.nn.parallel import DistributedDataParallel
 

@@ -19,6 +19,7 @@ from runner.config.errors import show
 from runner.config.schema import CheckpointConfig, RunConfig
 from runner.data.loading import is_stream
 from runner.training.batches import ModelLoss
+from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision
 from runner.training.reduction import sums_its_loss
 
@@ -116,6 +117,11 @@ def data_plan(built: Built) -> str:
 
 
 def optimizer_plan(optimizer: torch.optim.Optimizer, target: str | None) -> str:
+    if isinstance(optimizer, NamedOptimizers):  # optimizers: each over a part, with its own clip
+        return "; ".join(
+            f"{name}: {optimizer_plan(one, None)}, clip {show(optimizer.clips[name])}"
+            for name, one in optimizer.optimizers.items()
+        )
     first = optimizer.param_groups[0]
     decay = f", weight decay {first['weight_decay']:g}" if "weight_decay" in first else ""
     # A scheduler keeps the configured rate as ``initial_lr`` and has set ``lr`` to its first value.

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from runner.config.errors import ConfigError, show
 from runner.config.schema import RunConfig
 from runner.data.loading import EpochSampler, is_stream, make_loaders
+from runner.experiment.optimizers import named_optimizers, named_schedules
 from runner.experiment.param_groups import (
     check_group_options,
     freeze_parameters,
@@ -26,6 +27,7 @@ from runner.experiment.param_groups import (
 )
 from runner.training.device import resolve_device
 from runner.training.distributed import ProcessInfo
+from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision, resolve_precision
 from runner.training.schedules import Schedule, build_scheduler, fill_planned, named_schedule
 from runner.training.seeding import seed_everything
@@ -107,7 +109,10 @@ def parameter_groups(model: torch.nn.Module, no_decay: Sequence[str]) -> list[di
 def build_optimizer(build: Build, config: RunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     """``optimizer.no_decay`` makes two parameter groups; without it the optimizer gets every
     parameter, as a hand-written loop does. ``optimizer.param_groups`` and ``freeze`` choose them by
-    name, and a builder of one's own may ask for ``named_parameters`` or ``model`` (param_groups.py)."""
+    name, and a builder of one's own may ask for ``named_parameters`` or ``model`` (param_groups.py).
+    ``optimizers``: several, each over a named part (optimizers.py)."""
+    if config.optimizers:
+        return named_optimizers(config, model, lambda *args: build_component(build, *args))
     spec = dict(config.optimizer)
     no_decay = spec.pop("no_decay", None)
     if group_specs := spec.pop("param_groups", None):
@@ -145,7 +150,11 @@ def build_schedule(
 ) -> Schedule:  # fmt: skip
     """A named schedule, or any ``_target_`` scheduler built with the optimizer and its other keys
     (``${total_steps}`` and ``${steps_per_epoch}`` filled in). ``ReduceLROnPlateau`` steps on
-    ``monitor`` after each validation."""
+    ``monitor`` after each validation. Several optimizers: each its own (experiment/optimizers.py)."""
+    if isinstance(optimizer, NamedOptimizers):
+        return named_schedules(
+            optimizer, lambda *args: build_schedule(build, *args, total_steps, steps_per_epoch)
+        )
     if "_target_" not in spec:
         return Schedule(build_scheduler(optimizer, total_steps=total_steps, **named_schedule(spec)))
     arguments = {key: value for key, value in spec.items() if key not in ("interval", "monitor")}

@@ -14,7 +14,9 @@ import torch
 from torch import nn
 
 from runner.checkpoint.durable import atomic_write, writing
+from runner.config.errors import UserError
 from runner.observe.writer import TensorBoardLogger
+from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision
 from runner.training.step import Learner, train_step
 
@@ -48,6 +50,11 @@ def find_lr(
     model.train()
     model.zero_grad(set_to_none=True)
     learner = Learner(model, loss_fn, make_optimizer(model), precision, device, False, target_key)
+    if isinstance(learner.optimizer, NamedOptimizers):
+        raise UserError(
+            f"lr_find: optimizers {', '.join(learner.optimizer.optimizers)} each have a rate, and the "
+            "model's own step has no one loss to choose them by; set optimizers.<name>.lr yourself"
+        )
     growth = (max_lr / min_lr) ** (1 / max(num_steps - 1, 1))
     lrs, losses = [], []
     average, best, diverged_at = 0.0, math.inf, None

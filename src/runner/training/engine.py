@@ -75,8 +75,11 @@ def step_scalars(
         scalars["train/loss_scale"] = learner.precision.scaler.get_scale()
     if state.skipped_steps or settings.on_nonfinite == "skip":
         scalars["train/skipped_steps"] = state.skipped_steps
+    scalars.update(result.scalars)  # a step the model writes: its losses, each optimizer's norms
     scalars = to_floats(scalars)
-    scalars["train/grad_norm_clipped"] = clipped_norm(scalars["train/grad_norm"], settings.clip_norm)
+    scalars.setdefault(
+        "train/grad_norm_clipped", clipped_norm(scalars["train/grad_norm"], settings.clip_norm)
+    )
     return scalars
 
 

@@ -58,6 +58,7 @@ class StepResult:
     # With keep_last: the window's last micro-batch (on the device) and what the model returned for it.
     last_batch: Any = None
     last_outputs: Any = None
+    scalars: dict[str, Any] = field(default_factory=dict)  # more to log (a step the model writes)
 
 
 def accumulation_windows(batches: Iterable, micro_batches_per_step: int) -> Iterator[list]:
@@ -92,6 +93,8 @@ def train_step(
     ``check_finite`` a non-finite gradient norm leaves the weights and optimizer as they are (one read
     of the norm per step). Gradients are cleared after the update. ``keep_last`` returns the last
     micro-batch and its outputs (for callbacks); off, nothing holds them past the step."""
+    if (own_step := getattr(learner.optimizer, "train_window", None)) is not None:  # manual_step.py
+        return own_step(learner, window, clip_norm, check_finite, keep_last)
     model, precision, optimizer = learner.model, learner.precision, learner.optimizer
     samples = sum(count_samples(batch, learner.target_key) for batch in window)
     # A summed loss (reduction.py) adds up: each micro-batch's sum as it is (times the process count,

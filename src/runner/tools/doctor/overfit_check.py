@@ -6,8 +6,10 @@ import math
 
 import torch
 
+from runner.tools.doctor.own_step import own_step_overfit
 from runner.tools.doctor.probe import ADVICE_LOSS_FIRST, FAIL, PASS, SKIP, Finding, Probe, value_text
 from runner.training.carried import carried_state_of
+from runner.training.named_optimizers import NamedOptimizers
 from runner.training.step import Learner, train_step
 
 
@@ -27,6 +29,8 @@ def check_overfit(probe: Probe, steps: int = 100) -> Finding:
         carried.reset()  # a model that carries a state from batch to batch: one batch, from one state
         return train_step(learner, window, setup.clip, check_finite=False).loss.item()
 
+    if isinstance(optimizer, NamedOptimizers):  # optimizers: own_step.py
+        return own_step_overfit(optimizer, lambda: train_step(learner, window, setup.clip, False), steps)
     losses = [step_from_the_same_state() for _ in range(steps)]
     if not all(math.isfinite(loss) for loss in losses[-5:]):
         went = next(step for step, loss in enumerate(losses, start=1) if not math.isfinite(loss))

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from runner.tools.doctor.own_step import changed_per_optimizer
 from runner.tools.doctor.probe import (
     ADVICE_BAD_DATA,
     ADVICE_FORWARD_NAN,
@@ -141,6 +142,7 @@ def check_update(probe: Probe) -> Finding:
         )
     unchanged = [n for n in trainable.values() if n not in changed]
     found = f"{len(changed)} of {len(trainable)} trainable tensors changed (lr {rates})"
+    found += changed_per_optimizer(optimizer, model, changed)  # several optimizers: each one's count
     if unchanged:
         return Finding(WARN, found + "; unchanged: " + ", ".join(unchanged[:6]))
     return Finding(PASS, found)

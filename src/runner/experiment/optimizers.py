@@ -1,0 +1,94 @@
+"""``optimizers:``: several optimizers, each over a named part of the model, for a model that writes
+its own training step (``training/manual_step.py``). Each entry is an optimizer config (``_target_``
+and its arguments) with ``params`` (glob patterns over the parameter names), and optionally ``clip``
+(the run's ``clip`` by default) and ``scheduler`` (the run's ``scheduler`` by default)."""
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from runner.config.checks import check_scheduler
+from runner.config.errors import ConfigError, show
+from runner.config.schema import SETTINGS, RunConfig
+from runner.experiment.parts import as_patterns, matching
+from runner.training.manual_step import OWN_STEP, manual_train_step, writes_own_step
+from runner.training.named_optimizers import NamedOptimizers, NamedSchedulers
+from runner.training.schedules import Schedule
+
+OWN_KEYS = ("params", "clip", "scheduler")
+
+
+def check_value(setting: str, value: Any, key: str) -> None:
+    """``value`` under the rule of the run's ``setting`` (an optimizer's own clip takes the run's)."""
+    rule = SETTINGS[setting].rule
+    if rule is not None and not rule.accepts(value):
+        raise ConfigError(f"{key}={show(value)} is not allowed; {key} must be {rule.allowed}")
+
+
+def named_optimizers(
+    config: RunConfig, model: torch.nn.Module, build_one: Callable[..., Any]
+) -> NamedOptimizers:
+    """``build_one(key, spec, params)`` builds one ``_target_`` config (``setup.build_component``).
+    Every trainable parameter belongs to exactly one optimizer: one in none, or in two, is refused."""
+    if not writes_own_step(model):
+        raise ConfigError(
+            f"optimizers: {', '.join(config.optimizers)} is set, but {type(model).__name__} has no "
+            f"{OWN_STEP}(batch, step) method; several optimizers need a step the model writes (see "
+            "'A GAN: two optimizers and a step the model writes' in the docs), else use optimizer"
+        )
+    if config.strategy == "fsdp":
+        raise ConfigError(
+            "optimizers: strategy=fsdp is not supported with a step the model writes; use strategy=ddp"
+        )
+    owner: dict[int, str] = {}
+    optimizers, clips, schedulers = {}, {}, {}
+    for name, entry in config.optimizers.items():
+        key = f"optimizers.{name}"
+        if not isinstance(entry, Mapping) or "_target_" not in entry or "params" not in entry:
+            raise ConfigError(
+                f"{key} must be an optimizer config with _target_ and params (glob patterns over the "
+                f"model's parameter names), such as {{params: 'generator.*', _target_: torch.optim.Adam}}"
+            )
+        chosen = [(n, p) for n, p in matching(model, as_patterns(entry["params"], f"{key}.params"), key)
+                  if p.requires_grad]  # fmt: skip
+        for parameter_name, parameter in chosen:
+            if id(parameter) in owner:
+                raise ConfigError(
+                    f"{key}.params: {parameter_name} is also in optimizers.{owner[id(parameter)]}; each "
+                    "parameter belongs to one optimizer"
+                )
+            owner[id(parameter)] = name
+        spec = {k: v for k, v in entry.items() if k not in OWN_KEYS}
+        optimizers[name] = build_one(key, spec, [p for _, p in chosen])
+        clips[name] = entry.get("clip", config.clip)
+        check_value("clip", clips[name], f"{key}.clip")
+        schedulers[name] = entry.get("scheduler", config.scheduler)
+        check_scheduler(schedulers[name])
+        for setting, value in schedulers[name].items():
+            if f"scheduler.{setting}" in SETTINGS:
+                check_value(f"scheduler.{setting}", value, f"{key}.scheduler.{setting}")
+    left = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in owner]
+    if left:
+        raise ConfigError(
+            f"optimizers: {len(left)} trainable parameters are in no optimizer's params "
+            f"({', '.join(left[:3])}{', ...' if len(left) > 3 else ''}); add a pattern that matches them"
+        )
+    return NamedOptimizers(optimizers, clips, schedulers, manual_train_step)
+
+
+def named_schedules(named: NamedOptimizers, build_schedule: Callable[..., Schedule]) -> Schedule:
+    """Each optimizer's scheduler (``build_schedule(spec, optimizer)``), stepped together: they must
+    step at the same points (the same interval and monitor)."""
+    built = {
+        name: build_schedule(named.scheduler_specs[name], named.optimizers[name]) for name in named.optimizers
+    }
+    first = next(iter(built.values()))
+    for name, schedule in built.items():
+        if (schedule.interval, schedule.monitor) != (first.interval, first.monitor):
+            raise ConfigError(
+                f"optimizers.{name}.scheduler steps per {schedule.interval} on {schedule.monitor}, the "
+                f"others per {first.interval} on {first.monitor}; every optimizer's scheduler must step alike"
+            )
+    schedulers = NamedSchedulers({name: schedule.scheduler for name, schedule in built.items()})
+    return Schedule(schedulers, first.interval, first.monitor)

@@ -1,0 +1,193 @@
+"""A training step the model writes, for alternating updates (a GAN's discriminator, then its
+generator): runner calls the model's ``training_step(batch, step)`` on each micro-batch and hands it
+``step``, whose ``backward(loss, name)`` and ``update(name)`` do what :func:`train_step` does for one
+optimizer, for each named one: loss scaling (one scaler; each optimizer unscaled before its clip),
+clipping per optimizer, the non-finite guard, exact accumulation, gradients averaged over processes.
+
+Accumulation (``accumulate=k``): the model's step runs on each of the window's k micro-batches in
+turn; every ``backward`` adds its micro-batch's share of the window's gradient (its samples over the
+window's, over every process) to the named optimizers' parameters only, and ``update(name)`` applies
+that optimizer's update on the window's last micro-batch, where the step calls it (on the earlier ones
+it does nothing). With ``accumulate=1`` this is the hand-written loop's step exactly.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from runner.config.errors import UserError
+from runner.training.batches import count_samples, to_device
+from runner.training.distributed import sum_across_processes
+from runner.training.named_optimizers import NamedOptimizers
+from runner.training.step import Learner, StepResult, all_processes, global_norm, item_shares, summed
+
+OWN_STEP = "training_step"
+
+
+def writes_own_step(model: torch.nn.Module) -> bool:
+    return callable(getattr(model, OWN_STEP, None))
+
+
+@dataclass
+class Updates:
+    """What the window's updates did, by optimizer name."""
+
+    norms: dict[str, torch.Tensor] = field(default_factory=dict)
+    clipped: dict[str, torch.Tensor] = field(default_factory=dict)
+    applied: dict[str, bool] = field(default_factory=dict)
+
+
+class Step:
+    """What a model's ``training_step(batch, step)`` is handed: ``backward`` and ``update`` by
+    optimizer name, with runner's loss scaling, weights, clipping, guard and gradient averaging."""
+
+    def __init__(
+        self, learner: Learner, named: NamedOptimizers, check_finite: bool, updates: Updates
+    ) -> None:
+        self._learner, self._named, self._check_finite, self._updates = learner, named, check_finite, updates
+        self.share = 1.0  # this micro-batch's weight in the window's gradient
+        self.last_micro_batch = True  # updates apply only on the window's last micro-batch
+
+    def backward(self, loss: torch.Tensor, *names: str) -> None:
+        """Add this micro-batch's share of ``loss``'s gradient to the parameters of the optimizers
+        named (every optimizer's when none is named), and to no others."""
+        parameters = self._named.trainable(*names)
+        weighted = loss if self.share == 1.0 else loss * self.share
+        with torch.autocast(self._learner.device.type, enabled=False):  # backward outside autocast
+            self._learner.precision.scaler.scale(weighted).backward(inputs=parameters)
+
+    def update(self, name: str) -> None:
+        """The optimizer ``name``'s update, with the gradients its parameters hold: averaged over the
+        processes, unscaled, clipped at its own clip, checked, applied, then cleared."""
+        optimizer = self._named.optimizer(name)
+        if not self.last_micro_batch:
+            return
+        learner, scaler = self._learner, self._learner.precision.scaler
+        parameters = self._named.trainable(name)
+        if learner.processes > 1:
+            average_gradients(parameters, learner.processes)
+        scaler.unscale_(optimizer)
+        grads = [p.grad for p in parameters if p.grad is not None]
+        norm = (
+            global_norm(torch.nn.utils.get_total_norm(grads))
+            if grads
+            else torch.zeros((), device=learner.device)
+        )
+        clip = self._named.clips[name]
+        if clip is not None and grads:
+            torch.nn.utils.clip_grads_with_norm_(parameters, clip, norm)
+        applied = not self._check_finite or bool(torch.isfinite(norm))
+        if applied or scaler.is_enabled():
+            scaler.step(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        updates = self._updates
+        updates.norms[name] = norm.detach()
+        updates.clipped[name] = norm * (clip / (norm + 1e-6)).clamp(max=1.0) if clip is not None else norm
+        updates.applied[name] = applied and updates.applied.get(name, True)
+
+
+def average_gradients(parameters: list[torch.Tensor], processes: int) -> None:
+    """Each parameter's gradient summed over every process and divided by their number, as DDP
+    averages, in one collective; one that no process has stays None (a flag per parameter rides in the
+    same buffer)."""
+    like = next((p.grad for p in parameters if p.grad is not None), parameters[0].detach())
+    pieces = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in parameters]
+    flags = torch.tensor([p.grad is not None for p in parameters], dtype=like.dtype, device=like.device)
+    flat = sum_across_processes(torch.cat([*(piece.to(like.dtype) for piece in pieces), flags]))
+    sizes = [piece.numel() for piece in pieces]
+    grads, had = flat[: sum(sizes)].div_(processes), flat[sum(sizes) :]
+    for index, (parameter, grad) in enumerate(zip(parameters, grads.split(sizes), strict=True)):
+        if had[index] > 0:
+            parameter.grad = grad.view_as(parameter).to(parameter.dtype).clone()
+
+
+def broadcast_buffers(model: torch.nn.Module) -> None:
+    """Rank 0's buffers (BatchNorm's running statistics) on every process, as DDP does before each
+    forward: every process then evaluates the same model."""
+    if not torch.distributed.is_initialized():
+        return
+    for buffer in model.buffers():
+        torch.distributed.broadcast(buffer, src=0)
+
+
+def losses_of(returned: Any) -> dict[str, torch.Tensor]:
+    """What the model's step returned: a scalar loss, or a mapping of named scalar losses."""
+    named = returned if isinstance(returned, Mapping) else {"loss": returned}
+    if not named or not all(isinstance(v, torch.Tensor) and v.ndim == 0 for v in named.values()):
+        raise UserError(
+            f"{OWN_STEP} must return a scalar loss tensor or a dict of named scalar loss tensors "
+            f"(logged as train/<name>), not {type(returned).__name__}"
+        )
+    return {name: value.detach() for name, value in named.items()}
+
+
+def manual_train_step(
+    learner: Learner,
+    window: list,
+    clip_norm: float | None,
+    check_finite: bool = True,
+    keep_last: bool = False,
+) -> StepResult:
+    """One window of the model's own step (see the module's docstring). ``clip_norm`` is not read:
+    each optimizer clips at its own (``optimizers.<name>.clip``, the run's ``clip`` by default)."""
+    named = learner.optimizer
+    assert isinstance(named, NamedOptimizers)
+    model, processes = learner.plain_model, learner.processes
+    counts = [count_samples(batch, learner.target_key) for batch in window]
+    weighed = len(window) > 1 or processes > 1
+    shares = item_shares(counts, all_processes(sum(counts), processes), processes) if weighed else [1.0]
+    if processes > 1:
+        broadcast_buffers(model)
+    updates = Updates()
+    step = Step(learner, named, check_finite, updates)
+    named.zero_grad(set_to_none=True)
+    totals: dict[str, torch.Tensor] = {}
+    batch = returned = None
+    for index, batch in enumerate(window):
+        batch = to_device(batch, learner.device, learner.channels_last)
+        step.share, step.last_micro_batch = shares[index], index == len(window) - 1
+        with learner.precision.autocast():
+            returned = getattr(model, OWN_STEP)(batch, step)
+        for name, value in losses_of(returned).items():
+            weighted = value.float() * shares[index] / processes if weighed else value
+            totals[name] = weighted if name not in totals else totals[name] + weighted
+        if not keep_last:
+            returned = None
+    if processes > 1:  # the window's losses over every process's samples
+        names = list(totals)
+        means = summed(torch.stack([totals[name] for name in names]), processes)
+        totals = dict(zip(names, means, strict=True))
+    scaler = learner.precision.scaler
+    if scaler.is_enabled() and updates.norms:
+        scaler.update()
+    named.zero_grad(set_to_none=True)  # what a backward left on parts no update cleared
+    loss = totals["loss"] if "loss" in totals else sum(totals.values())
+    return result_of(learner, named, updates, loss, totals, sum(counts), batch, returned, keep_last)
+
+
+def combined(norms: Mapping[str, torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The norm over every part's gradients, from each part's norm (0 without an update)."""
+    if not norms:
+        return torch.zeros((), device=device)
+    return torch.stack([norm.float() for norm in norms.values()]).square().sum().sqrt()
+
+
+def result_of(
+    learner: Learner, named: NamedOptimizers, updates: Updates, loss: torch.Tensor,
+    totals: Mapping[str, torch.Tensor], samples: int, batch: Any, returned: Any, keep_last: bool,
+) -> StepResult:  # fmt: skip
+    """``train/grad_norm`` over every part; each part's norms and each named loss as scalars of their
+    own (``train/grad_norm/<name>``, ``train/<loss name>``)."""
+    scalars: dict[str, Any] = {f"train/{name}": value for name, value in totals.items() if name != "loss"}
+    for name, norm in updates.norms.items():
+        scalars[f"train/grad_norm/{name}"] = norm
+        scalars[f"train/grad_norm_clipped/{name}"] = updates.clipped[name]
+    scalars["train/grad_norm_clipped"] = combined(updates.clipped, learner.device)
+    groups = named.param_groups
+    return StepResult(
+        loss, combined(updates.norms, learner.device), groups[0]["lr"], all(updates.applied.values()),
+        samples, tuple(group["lr"] for group in groups), float(samples), batch if keep_last else None,
+        returned if keep_last else None, scalars,
+    )  # fmt: skip

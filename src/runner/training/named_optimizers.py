@@ -1,0 +1,84 @@
+"""Several optimizers, each over a named part of the model (``optimizers:`` in the config), and their
+schedulers: where the loop, the checkpoint and the logs see one optimizer and one scheduler, these
+stand for all of them, by name."""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class NamedOptimizers:
+    """Each optimizer's parameter groups are named after it (``generator``; ``generator/<group>``
+    where it has several), so the loop logs each one's rate as ``train/lr/<name>``."""
+
+    optimizers: dict[str, torch.optim.Optimizer]
+    clips: dict[str, float | None]  # each one's max gradient norm (None: no clipping)
+    scheduler_specs: dict[str, Mapping[str, Any]]  # each one's scheduler config
+    # The step that trains a window with them (``manual_step.manual_train_step``): train_step hands
+    # every window to it.
+    train_window: Callable[..., Any]
+
+    def __post_init__(self) -> None:
+        for name, optimizer in self.optimizers.items():
+            groups = optimizer.param_groups
+            for index, group in enumerate(groups):
+                group["name"] = name if len(groups) == 1 else f"{name}/{group.get('name', index)}"
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [group for optimizer in self.optimizers.values() for group in optimizer.param_groups]
+
+    def optimizer(self, name: str) -> torch.optim.Optimizer:
+        if name not in self.optimizers:
+            raise KeyError(
+                f"no optimizer named {name!r}; the config's optimizers are {', '.join(self.optimizers)}"
+            )
+        return self.optimizers[name]
+
+    def trainable(self, *names: str) -> list[torch.Tensor]:
+        """The trainable parameters of the optimizers named (of all of them when none is)."""
+        chosen = [self.optimizer(name) for name in names] or list(self.optimizers.values())
+        return [p for optimizer in chosen for group in optimizer.param_groups for p in group["params"]
+                if p.requires_grad]  # fmt: skip
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for optimizer in self.optimizers.values():
+            optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        """Every optimizer's step (doctor's check that a step changes the parameters)."""
+        for optimizer in self.optimizers.values():
+            optimizer.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {name: optimizer.state_dict() for name, optimizer in self.optimizers.items()}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        if set(state_dict) != set(self.optimizers):
+            raise ValueError(
+                f"it holds optimizers {', '.join(map(str, state_dict)) or 'none by name'}; this run has "
+                f"{', '.join(self.optimizers)}"
+            )
+        for name, optimizer in self.optimizers.items():
+            optimizer.load_state_dict(state_dict[name])
+
+
+@dataclass
+class NamedSchedulers:
+    """One scheduler per named optimizer, stepped together; their states saved by name."""
+
+    schedulers: dict[str, Any]
+
+    def step(self, *metric: float) -> None:
+        for scheduler in self.schedulers.values():
+            scheduler.step(*metric)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {name: scheduler.state_dict() for name, scheduler in self.schedulers.items()}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        for name, scheduler in self.schedulers.items():
+            scheduler.load_state_dict(state_dict[name])
