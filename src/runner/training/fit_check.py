@@ -16,6 +16,7 @@ import runner
 from runner.training.batches import BatchError, ModelLoss, describe, forward, to_device
 from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.modes import evaluation_mode
+from runner.training.oom import OutOfMemoryStop, first_part_within_memory
 
 # Code that is not the user's: the standard library, installed packages, runner itself.
 LIBRARY_PATHS = [sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")]
@@ -76,8 +77,12 @@ def check_fit(
 
     try:
         with evaluation_mode(model), torch.no_grad(), autocast():
-            forward(model, to_device(batch, device), checked_loss, target_key)
-    except BatchError:
+            first_part_within_memory(  # a batch too large for memory is checked on a part (oom.py)
+                lambda part: forward(model, to_device(part, device), checked_loss, target_key),
+                batch,
+                target_key,
+            )
+    except (BatchError, OutOfMemoryStop):
         raise
     except Exception as error:
         if raised_in_user_code(error):
