@@ -68,4 +68,4 @@ def main_verify_resume(arguments: list[str]) -> None:
     print(f"runner: verify-resume: {verdict.lines[0]}", file=sys.stderr)
     for line in verdict.lines[1:]:
         print(line, file=sys.stderr)
-    raise SystemExit(1)
+    raise SystemExit(verdict.status)

@@ -108,10 +108,8 @@ def step_within_memory(
 ) -> StepResult:
     """``run_step(micro_batches)`` on the window cut to the run's micro-batch
     (``state.micro_batch_size``; None: the loader's), halved and redone from the window's start on
-    each out-of-memory error until it fits. Its size is logged at the first step and where it changes."""
+    each out-of-memory error until it fits. Its new size is logged at the step it starts with."""
     loader_size = max(count_samples(batch, learner.target_key) for batch in window)
-    if state.step == 0:
-        log_scalar(TAG, float(state.micro_batch_size or loader_size), 1)
     saved = random_state(learner.device) if on_oom == "split" else None
     while True:
         size = state.micro_batch_size or loader_size
