@@ -5,8 +5,9 @@ micro-batch and redoes the same window from its start, on the same samples and r
 still yields the batches of ``data.batch_size``: each is cut into micro-batches of the smaller size in
 its own order, so the data order, the window's items and the step's gradient (accumulation is weighted
 by items, ``step.py``) are those of a run configured ``data.batch_size=16`` with twice the
-accumulation. With several processes it stops instead (one line, ``last.pt`` kept): the
-other processes are already inside the gradient synchronisation of the window.
+accumulation. With several processes it stops instead, in one line: the other processes are already
+inside the step's collective operations (DDP's gradient synchronisation, FSDP's gathers), where one
+process cannot redo its part alone.
 """
 
 import dataclasses
@@ -25,6 +26,9 @@ from runner.training.step import Learner, StepResult
 log = logging.getLogger("runner")
 TAG = "vitals/micro_batch_size"
 ADVICE = "precision=bf16 (or amp on a GPU), activation_checkpointing=true, or strategy=fsdp over several GPUs"
+
+
+SEVERAL = "with several processes (the others are already in this step's collective operations)"
 
 
 class OutOfMemoryStop(UserError):
@@ -78,10 +82,15 @@ def restore_random_state(saved: tuple[torch.Tensor, list[torch.Tensor]]) -> None
         torch.cuda.set_rng_state_all(saved[1])
 
 
-def stop_message(where: str, state: TrainState, on_oom: str, reason: str = "") -> str:
-    """``where``: "micro-batch 32" or "validation batch 32"; ``reason``: why it is not split."""
+def stop_message(where: str, state: TrainState, on_oom: str, reason: str = "", processes: int = 1) -> str:
+    """``where``: "micro-batch 32" or "validation batch 32"; ``reason``: why it is not split. With several
+    processes the others wait in a collective: none saves, the run's newest checkpoint is the one."""
     where = f"out of memory at {where}, optimizer step {state.step + 1}"
-    kept = f"the state of step {state.step} is kept (last.pt, with checkpoint.enabled)"
+    kept = (
+        f"the state of step {state.step} is kept (last.pt, with checkpoint.enabled)"
+        if processes == 1
+        else "the other processes cannot save now: resume from the run's newest checkpoint"
+    )
     smaller = "lower data.batch_size and raise accumulate (the same steps)"
     if on_oom == "raise":
         return f"{where} (on_oom=raise): {kept}; set on_oom=split, or {smaller}; or try {ADVICE}"
@@ -92,7 +101,7 @@ def stop_message(where: str, state: TrainState, on_oom: str, reason: str = "") -
 
 def why_not_split(learner: Learner) -> str:
     if learner.processes > 1:
-        return "with several processes (the others are already in the window's gradient synchronisation)"
+        return SEVERAL
     if not isinstance(carried_state_of(learner.plain_model), NoCarriedState):
         return "with a model that carries a state from batch to batch (its state is per batch)"
     return ""
@@ -121,7 +130,9 @@ def step_within_memory(
         free_memory(learner)
         reason = why_not_split(learner)
         if on_oom == "raise" or reason or size == 1:
-            raise OutOfMemoryStop(stop_message(f"micro-batch {size}", state, on_oom, reason))
+            raise OutOfMemoryStop(
+                stop_message(f"micro-batch {size}", state, on_oom, reason, learner.processes)
+            )
         restore_random_state(saved)
         state.micro_batch_size = size // 2
         parts = sum(len(cut(batch, size // 2, learner.target_key)) for batch in window)
@@ -140,8 +151,7 @@ def evaluate_within_memory(
 ) -> dict[str, float]:
     """``run_evaluation(batches)`` over the loader's batches cut to the run's micro-batch, halved and
     started again on each out-of-memory error (validation sums over items: its values do not change).
-    With several processes, only after the last batch do they meet (to sum), so one process may start
-    again alone."""
+    With several processes it stops: the others are in the collectives of their own forwards."""
     while True:
         size = state.micro_batch_size
         try:
@@ -150,8 +160,10 @@ def evaluate_within_memory(
             pass  # handled outside the except: its traceback holds the failed batch's activations
         free_memory(learner)
         size = size or _loader_size(loader, learner.target_key)
-        if on_oom == "raise" or size == 1:
-            raise OutOfMemoryStop(stop_message(f"validation batch {size}", state, on_oom))
+        reason = SEVERAL if learner.processes > 1 else ""
+        if on_oom == "raise" or size == 1 or reason:
+            where = f"validation batch {size}"
+            raise OutOfMemoryStop(stop_message(where, state, on_oom, reason, learner.processes))
         state.micro_batch_size = size // 2
         log.warning("out of memory in validation at batch %d: continuing with %d", size, size // 2)
 
@@ -174,10 +186,11 @@ def first_part_within_memory(run: Callable[[Any], Any], batch: Any, target_key: 
         try:
             return run(cut(batch, size, target_key)[0])
         except torch.OutOfMemoryError:
-            if size == 1:
+            if size == 1 or (torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1):
                 raise OutOfMemoryStop(
-                    f"out of memory in the first-batch check, on one sample: the model does not fit in the "
-                    f"device's memory; try {ADVICE}"
+                    f"out of memory in the first-batch check, on {size} sample(s): the model and the batch "
+                    "do not fit in the device's memory; lower data.batch_size and raise accumulate (the "
+                    f"same steps), or try {ADVICE}"
                 ) from None
         size //= 2
         if torch.cuda.is_available():
