@@ -10,7 +10,9 @@ from conftest import PLUGINS, TINY, read_scalars, run_cli
 
 from runner.checkpoint.state import TrainState, saved_keys
 from runner.config.errors import UserError
-from runner.training.oom import TAG, cut
+from runner.training.oom import TAG, OutOfMemoryElsewhere, OutOfMemoryStop, cut, step_within_memory
+from runner.training.precision import resolve_precision
+from runner.training.step import Learner
 
 RUNS_OUT = ("model._target_=oom_model.RunsOutAbove", "data.dataset.num_train=128")
 AT_8 = (*RUNS_OUT, "+model.limit=8")
@@ -118,3 +120,29 @@ def test_through_the_cli_a_split_is_one_warning_line_and_raise_one_error_line(tm
         "runner: error: out of memory at micro-batch 16, optimizer step 1 (on_oom=raise)"
     )
     assert last(tmp_path / "raised")["global_step"] == 0
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_several_processes_or_a_carried_state_stop_instead_of_splitting(processes):
+    """Several processes: the others wait in the step's collectives (none can save). A model that carries
+    a state from batch to batch: its state is per batch."""
+    model = torch.nn.Linear(2, 2)
+    if processes == 1:
+        model.carried_state = type(
+            "Carried", (), {"state_dict": dict, "load_state_dict": print, "reset": print}
+        )()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    cpu = torch.device("cpu")
+    learner = Learner(model, torch.nn.MSELoss(), optimizer, resolve_precision("fp32", cpu), cpu, False,
+                      "labels", processes=processes)  # fmt: skip
+
+    def runs_out(parts):
+        raise torch.OutOfMemoryError("simulated")
+
+    window = [(torch.zeros(4, 2), torch.zeros(4, 2))]
+    expected = OutOfMemoryStop if processes == 1 else OutOfMemoryElsewhere
+    with pytest.raises(expected) as stopped:
+        step_within_memory(learner, window, TrainState(step=3), "split", lambda *_: None, runs_out)
+    reason = "several processes" if processes == 2 else "a model that carries a state from batch to batch"
+    assert str(stopped.value).startswith(f"out of memory at micro-batch 4, optimizer step 4: with {reason}")
+    assert ("last.pt" in str(stopped.value)) == (processes == 1)

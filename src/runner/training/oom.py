@@ -32,7 +32,17 @@ SEVERAL = "with several processes (the others are already in this step's collect
 
 
 class OutOfMemoryStop(UserError):
-    """The run stops for memory: ``on_oom=raise``, or a micro-batch of one sample still too large."""
+    """The run stops for memory: ``on_oom=raise``, or a micro-batch of one sample still too large. The
+    run saves ``last.pt`` (``experiment/finish.py``)."""
+
+
+class OutOfMemoryElsewhere(UserError):
+    """The same, with several processes: the others wait in a collective, so none saves (a sharded
+    save would wait for them)."""
+
+
+def stop(message: str, processes: int) -> UserError:
+    return OutOfMemoryStop(message) if processes == 1 else OutOfMemoryElsewhere(message)
 
 
 def cut(batch: Any, size: int, target_key: str) -> list[Any]:
@@ -130,9 +140,8 @@ def step_within_memory(
         free_memory(learner)
         reason = why_not_split(learner)
         if on_oom == "raise" or reason or size == 1:
-            raise OutOfMemoryStop(
-                stop_message(f"micro-batch {size}", state, on_oom, reason, learner.processes)
-            )
+            message = stop_message(f"micro-batch {size}", state, on_oom, reason, learner.processes)
+            raise stop(message, learner.processes)
         restore_random_state(saved)
         state.micro_batch_size = size // 2
         parts = sum(len(cut(batch, size // 2, learner.target_key)) for batch in window)
@@ -163,7 +172,7 @@ def evaluate_within_memory(
         reason = SEVERAL if learner.processes > 1 else ""
         if on_oom == "raise" or size == 1 or reason:
             where = f"validation batch {size}"
-            raise OutOfMemoryStop(stop_message(where, state, on_oom, reason, learner.processes))
+            raise stop(stop_message(where, state, on_oom, reason, learner.processes), learner.processes)
         state.micro_batch_size = size // 2
         log.warning("out of memory in validation at batch %d: continuing with %d", size, size // 2)
 
