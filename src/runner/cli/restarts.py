@@ -4,17 +4,21 @@ the restarts). A restarted group continues the run it was training, as a requeue
 into the first attempt's run directory (and so its TensorBoard run) from the newest valid checkpoint
 there (``resume=auto``); a resumed run is bit-identical to one never interrupted.
 
-The first attempt's rank 0 notes its run directory under ``outputs/.torchrun/<TORCHELASTIC_RUN_ID>``
-when the command line names none (a restart cannot know a timestamped directory otherwise)."""
+The first start's run directory outlives its workers in torchrun's agent store (the store the
+workers meet in, which the agent keeps across restarts): a restart reads it there, so a timestamped
+directory is found again without a file of its own."""
 
 import os
 import sys
+from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from runner.cli.arguments import CommandLine
 from runner.experiment.run_files import EVENTS_PREFIX
 
-RECORDS = ".torchrun"
+KEY = "runner/run_dir"  # in the agent store, beside the process group's keys (under default_pg...)
 
 
 def restart_count() -> int:
@@ -23,30 +27,37 @@ def restart_count() -> int:
     return int(text) if text.isdigit() else 0
 
 
-def record_of(parent: str) -> Path:
-    run_id = "".join(
-        c if c.isalnum() or c in "-_." else "_" for c in os.environ.get("TORCHELASTIC_RUN_ID", "")
-    )
-    return Path(parent) / RECORDS / (run_id.lstrip(".") or "none")
+def agent_store() -> Any:
+    """torchrun's agent store (a ``torch.distributed.Store``, torch imported here only), or None where
+    the workers host it themselves (it dies with them)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    import torch.distributed as torch_dist
+
+    store, _, _ = next(torch_dist.rendezvous("env://", timeout=timedelta(seconds=60)))
+    return store
 
 
-def first_attempt_dir(parent: str) -> str | None:
-    """At a restart, on every rank: the run directory rank 0 noted at the first attempt (a collective)."""
-    import torch.distributed as torch_dist  # here: only under torchrun
-
-    noted = [None]
-    if torch_dist.get_rank() == 0:
-        record = record_of(parent)
-        noted[0] = record.read_text().strip() or None if record.is_file() else None
-    torch_dist.broadcast_object_list(noted, src=0)
-    return noted[0]
-
-
-def note_run_dir(parent: str, run_dir: str) -> None:
-    """At the first attempt, rank 0: where a restart continues."""
-    record = record_of(parent)
-    record.parent.mkdir(parents=True, exist_ok=True)
-    record.write_text(run_dir + "\n")
+def run_dir_across_restarts(
+    named: str | None, sweep: bool, shared: Callable[[str | None], str]
+) -> tuple[str, bool]:
+    """The run directory (``shared``: rank 0's for every rank) and whether the group continues a run
+    there: at a restart, the first start's (the one named, or the one noted in the agent store); at the
+    first start, the new one is noted. A sweep (its jobs continue themselves) is left as it is."""
+    restarted = restart_count() > 0 and not sweep
+    store = agent_store() if not sweep and not named else None
+    noted = store.get(KEY).decode() if restarted and store is not None and store.check([KEY]) else None
+    run_dir = shared(named or noted)
+    if store is not None and not restarted:
+        store.set(KEY, run_dir)
+    if restarted and not (named or noted) and os.environ.get("RANK") == "0":
+        print(
+            f"runner: warning: torchrun restart {restart_count()}: the first start's run directory is not "
+            f"known here (no agent store); a new run starts in {run_dir}; give hydra.run.dir=DIR to "
+            "continue one run across restarts",
+            file=sys.stderr,
+        )  # fmt: skip
+    return run_dir, restarted and bool(named or noted)
 
 
 def continuing(command_line: CommandLine, run_dir: str, rank: int) -> CommandLine:

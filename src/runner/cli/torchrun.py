@@ -4,7 +4,7 @@ directory."""
 import os
 
 from runner.cli.arguments import CommandLine, for_rank, value_text
-from runner.cli.restarts import continuing, first_attempt_dir, note_run_dir, restart_count
+from runner.cli.restarts import continuing, run_dir_across_restarts
 from runner.config.errors import ConfigError
 from runner.config.schema import PEER_TIMEOUT_S
 
@@ -30,10 +30,10 @@ def under_torchrun(command_line: CommandLine) -> CommandLine:
     given = command_line.last("hydra.sweep.dir" if command_line.sweep else "hydra.run.dir")
     parent = "outputs/multirun" if command_line.sweep else "outputs"
     named = value_text(given) if given else None
-    restarted = restart_count() > 0 and not command_line.sweep  # --max-restarts: continue (restarts.py)
-    run_dir = shared_run_dir(first_attempt_dir(parent) if restarted and not named else named, parent)
+    # torchrun --max-restarts: a restarted group continues the run it was training (restarts.py).
+    run_dir, restarted = run_dir_across_restarts(
+        named, command_line.sweep, lambda proposed: shared_run_dir(proposed, parent)
+    )
     rank = int(os.environ["RANK"])
-    if not restarted and not command_line.sweep and not named and rank == 0:
-        note_run_dir(parent, run_dir)
     command_line = for_rank(command_line, run_dir, rank)
     return continuing(command_line, run_dir, rank) if restarted else command_line
