@@ -10,9 +10,9 @@ from conftest import PLUGINS, TINY, read_scalars, run_cli
 
 from runner.checkpoint.state import TrainState, saved_keys
 from runner.config.errors import UserError
-from runner.training.oom import TAG, OutOfMemoryElsewhere, OutOfMemoryStop, cut, step_within_memory
+from runner.training.oom import TAG, OutOfMemoryStop, OutOfMemoryUnsaved, cut, step_within_memory
 from runner.training.precision import resolve_precision
-from runner.training.step import Learner
+from runner.training.step import Learner, train_step
 
 RUNS_OUT = ("model._target_=oom_model.RunsOutAbove", "data.dataset.num_train=128")
 AT_8 = (*RUNS_OUT, "+model.limit=8")
@@ -140,9 +140,28 @@ def test_several_processes_or_a_carried_state_stop_instead_of_splitting(processe
         raise torch.OutOfMemoryError("simulated")
 
     window = [(torch.zeros(4, 2), torch.zeros(4, 2))]
-    expected = OutOfMemoryStop if processes == 1 else OutOfMemoryElsewhere
+    expected = OutOfMemoryStop if processes == 1 else OutOfMemoryUnsaved
     with pytest.raises(expected) as stopped:
         step_within_memory(learner, window, TrainState(step=3), "split", lambda *_: None, runs_out)
     reason = "several processes" if processes == 2 else "a model that carries a state from batch to batch"
     assert str(stopped.value).startswith(f"out of memory at micro-batch 4, optimizer step 4: with {reason}")
     assert ("last.pt" in str(stopped.value)) == (processes == 1)
+
+
+class RunsOutInItsUpdate(torch.optim.SGD):
+    def step(self, closure=None):
+        raise torch.OutOfMemoryError("simulated: the optimizer's state does not fit")
+
+
+def test_out_of_memory_in_the_optimizers_update_is_not_redone_nor_saved():
+    """The update may have changed some weights already: redoing the window would apply it twice."""
+    model = torch.nn.Linear(2, 2)
+    cpu = torch.device("cpu")
+    learner = Learner(model, torch.nn.MSELoss(), RunsOutInItsUpdate(model.parameters(), lr=0.1),
+                      resolve_precision("fp32", cpu), cpu, False, "labels")  # fmt: skip
+    window = [(torch.zeros(4, 2), torch.zeros(4, 2))]
+    with pytest.raises(OutOfMemoryUnsaved) as stopped:
+        step_within_memory(learner, window, TrainState(), "split", lambda *_: None,
+                           lambda parts: train_step(learner, parts, clip_norm=None))  # fmt: skip
+    assert str(stopped.value).startswith("out of memory in the optimizer's update at optimizer step 1")
+    assert all(parameter.grad is None for parameter in model.parameters())  # freed

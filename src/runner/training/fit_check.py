@@ -16,7 +16,7 @@ import runner
 from runner.training.batches import BatchError, ModelLoss, describe, forward, to_device
 from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.modes import evaluation_mode
-from runner.training.oom import OutOfMemoryElsewhere, OutOfMemoryStop, first_part_within_memory
+from runner.training.oom import OutOfMemoryStop, OutOfMemoryUnsaved, first_part_within_memory
 
 # Code that is not the user's: the standard library, installed packages, runner itself.
 LIBRARY_PATHS = [sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")]
@@ -82,7 +82,7 @@ def check_fit(
                 batch,
                 target_key,
             )
-    except (BatchError, OutOfMemoryStop, OutOfMemoryElsewhere):
+    except (BatchError, OutOfMemoryStop, OutOfMemoryUnsaved):
         raise
     except Exception as error:
         if raised_in_user_code(error):

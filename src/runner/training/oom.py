@@ -36,13 +36,25 @@ class OutOfMemoryStop(UserError):
     run saves ``last.pt`` (``experiment/finish.py``)."""
 
 
-class OutOfMemoryElsewhere(UserError):
-    """The same, with several processes: the others wait in a collective, so none saves (a sharded
-    save would wait for them)."""
+class OutOfMemoryUnsaved(UserError):
+    """The same, where the state is not saved: with several processes (the others wait in a collective;
+    a sharded save would wait for them), or in the optimizer's update (the weights may be part-updated)."""
 
 
-def stop(message: str, processes: int) -> UserError:
-    return OutOfMemoryStop(message) if processes == 1 else OutOfMemoryElsewhere(message)
+def stop(message: str, processes: int, in_update: bool = False) -> UserError:
+    return OutOfMemoryStop(message) if processes == 1 and not in_update else OutOfMemoryUnsaved(message)
+
+
+def in_optimizer_update(error: BaseException, learner: Learner) -> bool:
+    """Whether the error came from inside the optimizer's (or the loss scaler's) step: it may have
+    updated some weights already (an optimizer's state is made at its first step), so the window cannot
+    be redone."""
+    traceback, updaters = error.__traceback__, (learner.optimizer, learner.precision.scaler)
+    while traceback is not None:
+        if any(traceback.tb_frame.f_locals.get("self") is updater for updater in updaters):
+            return True
+        traceback = traceback.tb_next
+    return False
 
 
 def cut(batch: Any, size: int, target_key: str) -> list[Any]:
@@ -109,6 +121,14 @@ def stop_message(where: str, state: TrainState, on_oom: str, reason: str = "", p
     return f"{where}: even one sample at a time does not fit in the device's memory; {kept}; try {ADVICE}"
 
 
+def update_message(state: TrainState) -> str:
+    return (
+        f"out of memory in the optimizer's update at optimizer step {state.step + 1} (its state, made at "
+        "its first step, does not fit): some weights may be updated already, so the step is not redone "
+        f"and no last.pt is saved; resume from the run's newest checkpoint with less memory in use: {ADVICE}"
+    )
+
+
 def why_not_split(learner: Learner) -> str:
     if learner.processes > 1:
         return SEVERAL
@@ -135,9 +155,12 @@ def step_within_memory(
         micro_batches = [part for batch in window for part in cut(batch, size, learner.target_key)]
         try:
             return run_step(micro_batches)
-        except torch.OutOfMemoryError:
-            pass  # handled outside the except: its traceback holds the failed micro-batch's activations
+        except torch.OutOfMemoryError as error:
+            # The rest outside the except: the traceback holds the failed micro-batch's activations.
+            in_update = in_optimizer_update(error, learner)
         free_memory(learner)
+        if in_update:
+            raise stop(update_message(state), learner.processes, in_update=True)
         reason = why_not_split(learner)
         if on_oom == "raise" or reason or size == 1:
             message = stop_message(f"micro-batch {size}", state, on_oom, reason, learner.processes)
