@@ -11,6 +11,7 @@ def saved_as(name: str) -> dict[str, Any]:
 
 
 TRANSIENT = {"saved_as": None}  # not saved: belongs to this process only
+OPTIONAL = {"optional": True}  # saved, but a checkpoint from before it existed still loads (as the default)
 
 
 @dataclass
@@ -27,6 +28,8 @@ class TrainState:
     stopped_by_signal: int | None = field(default=None, metadata=TRANSIENT)
     stop_reason: str | None = field(default=None, metadata=TRANSIENT)  # a callback ended the run early
     nonfinite_in_a_row: int = field(default=0, metadata=TRANSIENT)
+    # The micro-batch an out-of-memory split left the run at (training/oom.py); None: data.batch_size.
+    micro_batch_size: int | None = field(default=None, metadata=OPTIONAL)
 
     def state_dict(self) -> dict[str, Any]:
         """Under the checkpoint's key names (``global_step``, ``epoch``, ``best_val``, ...)."""
@@ -40,13 +43,16 @@ class TrainState:
         """Every key is there: ``load_checkpoint`` refuses a file that lacks one (:func:`saved_keys`)."""
         for item in fields(self):
             key = item.metadata.get("saved_as", item.name)
-            if key is not None:
+            if item.metadata.get("optional"):
+                setattr(self, item.name, _optional(state_dict.get(key), item.default))
+            elif key is not None:
                 setattr(self, item.name, _copy(state_dict[key]))
 
 
 def saved_keys() -> tuple[str, ...]:
-    """The checkpoint keys a :class:`TrainState` is saved under."""
-    return tuple(TrainState().state_dict())
+    """The checkpoint keys a :class:`TrainState` is saved under (and a file must hold)."""
+    optional = {item.name for item in fields(TrainState) if item.metadata.get("optional")}
+    return tuple(key for key in TrainState().state_dict() if key not in optional)
 
 
 def saved_kinds() -> dict[str, tuple[type, ...]]:
@@ -54,7 +60,7 @@ def saved_kinds() -> dict[str, tuple[type, ...]]:
     kinds = {}
     for item in fields(TrainState):
         key = item.metadata.get("saved_as", item.name)
-        if key is None:
+        if key is None or item.metadata.get("optional"):
             continue
         parts = get_args(item.type) if isinstance(item.type, UnionType) else (item.type,)
         found = tuple(get_origin(part) or part for part in parts)
@@ -64,3 +70,9 @@ def saved_kinds() -> dict[str, tuple[type, ...]]:
 
 def _copy(value: Any) -> Any:
     return dict(value) if isinstance(value, dict) else value
+
+
+def _optional(value: Any, default: Any) -> Any:
+    """An optional key holds a positive whole number or nothing; anything else (a forged file's) reads
+    as its default."""
+    return value if type(value) is int and value > 0 else default

@@ -14,6 +14,8 @@ commands:
   doctor   the debugging checklist's 8 checks on what train would build, writing nothing:
            python -m runner doctor [key=value ...] [--json]
   lr_find  learning-rate range test: python -m runner lr_find [key=value ...]
+  verify-resume  whether the setup resumes exactly (trained, SIGKILLed, resumed, compared):
+           python -m runner verify-resume [--steps N] [key=value ...]
 
 python -m runner COMMAND --help shows a command's help (for train, doctor and lr_find: the config
 groups and every setting with its default).
@@ -25,6 +27,7 @@ COMMANDS = {  # command: (module, function); imported only when run, so --help s
     "consolidate": ("runner.cli.tools", "main_consolidate"),
     "doctor": ("runner.cli.tools", "main_doctor"),
     "lr_find": ("runner.cli.tools", "main_lr_find"),
+    "verify-resume": ("runner.cli.verify", "main_verify_resume"),
 }
 
 

@@ -4,6 +4,7 @@ directory."""
 import os
 
 from runner.cli.arguments import CommandLine, for_rank, value_text
+from runner.cli.restarts import continuing, run_dir_across_restarts
 from runner.config.errors import ConfigError
 from runner.config.schema import PEER_TIMEOUT_S
 
@@ -28,5 +29,11 @@ def under_torchrun(command_line: CommandLine) -> CommandLine:
     start_process_group(PEER_TIMEOUT_S if timeout is None else timeout.value())
     given = command_line.last("hydra.sweep.dir" if command_line.sweep else "hydra.run.dir")
     parent = "outputs/multirun" if command_line.sweep else "outputs"
-    run_dir = shared_run_dir(value_text(given) if given else None, parent)
-    return for_rank(command_line, run_dir, int(os.environ["RANK"]))
+    named = value_text(given) if given else None
+    # torchrun --max-restarts: a restarted group continues the run it was training (restarts.py).
+    run_dir, restarted = run_dir_across_restarts(
+        named, command_line.sweep, lambda proposed: shared_run_dir(proposed, parent)
+    )
+    rank = int(os.environ["RANK"])
+    command_line = for_rank(command_line, run_dir, rank)
+    return continuing(command_line, run_dir, rank) if restarted else command_line

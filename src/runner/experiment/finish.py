@@ -20,6 +20,7 @@ from runner.observe.writer import MetricLogger
 from runner.training.callbacks import Callbacks
 from runner.training.distributed import any_process
 from runner.training.engine import Hooks, Loaders, LoopSettings, fit
+from runner.training.oom import OutOfMemoryStop
 from runner.training.schedules import Schedule
 from runner.training.signals import GracefulStop
 from runner.training.step import Learner
@@ -68,7 +69,7 @@ class Run:
                               self.callbacks)  # fmt: skip
                 try:
                     state = fit(self.learner, self.schedule, self.loaders, self.settings, hooks, state)
-                except WriteError:
+                except (WriteError, OutOfMemoryStop):
                     with suppress(Exception):  # the state of the step boundary it stopped at, if it can
                         self.checkpointer.save_last(state)
                     raise

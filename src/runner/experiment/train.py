@@ -76,6 +76,7 @@ def loop_settings(config: RunConfig, metrics: dict[str, Any]) -> LoopSettings:
         monitor_mode=config.checkpoint.mode,
         on_nonfinite=config.on_nonfinite,
         max_nonfinite_in_a_row=config.max_nonfinite_in_a_row,
+        on_oom=config.on_oom,
         metrics=metrics,
     )
 

@@ -103,8 +103,11 @@ def start_process_group(peer_timeout_s: float = PEER_TIMEOUT_S) -> None:
     except (RuntimeError, ValueError) as error:  # torch's DistError is a RuntimeError
         raise missing((str(error).strip().splitlines() or [type(error).__name__])[0][:200]) from None
     store.set_timeout(torch_dist.default_pg_timeout)
-    # As init_process_group does with a store it made itself: its keys under a prefix of their own.
-    store = torch_dist.PrefixStore("default_pg", store)
+    # As init_process_group does with a store it made itself: its keys under a prefix of their own. A group
+    # torchrun restarted (--max-restarts) meets in the same agent's store: the last start's keys (the dead
+    # workers' addresses) are not its own.
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = torch_dist.PrefixStore("default_pg" if restart == "0" else f"default_pg/restart_{restart}", store)
     torch_dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size)
 
 

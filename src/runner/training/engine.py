@@ -27,6 +27,7 @@ from runner.training.device import to_floats
 from runner.training.epochs import Loaders, first_epoch_batches
 from runner.training.metrics import unlogged_metrics_warning
 from runner.training.nonfinite import count_skipped_step
+from runner.training.oom import evaluate_within_memory, step_within_memory
 from runner.training.plan import LoopSettings, planned_steps
 from runner.training.schedules import Schedule
 from runner.training.step import (
@@ -99,9 +100,11 @@ def validate(
     change what a longer run of the same settings would do. Every validation calls the callbacks'
     ``on_validation_end``, that one too, marked ``context.extra_validation``."""
     with hooks.callbacks.evaluation_weights(learner.plain_model):
-        state.last_val = evaluate(
-            learner.model, loader, learner.loss_fn, learner.device, learner.precision,
-            learner.channels_last, settings.metrics, learner.target_key,
+        state.last_val = evaluate_within_memory(  # its batches as they fit in memory (oom.py)
+            learner, loader, state, settings.on_oom, lambda batches: evaluate(
+                learner.model, batches, learner.loss_fn, learner.device, learner.precision,
+                learner.channels_last, settings.metrics, learner.target_key,
+            ),
         )  # fmt: skip
     monitors = {"checkpoint.monitor": settings.monitor, "scheduler.monitor": schedule.monitor}
     check_monitored(monitors | hooks.callbacks.monitors(), state.last_val)
@@ -201,9 +204,11 @@ def fit(
                 windows = ((window, False) for window in windows)
             for window, stream_ended in windows:
                 epoch_had_batches = True
-                result = train_step(
-                    learner, window, settings.clip_norm, check_finite=settings.on_nonfinite != "off",
-                    keep_last=step_callbacks,
+                result = step_within_memory(  # the window as it fits in memory (oom.py)
+                    learner, window, state, settings.on_oom, log_scalar, lambda parts: train_step(
+                        learner, parts, settings.clip_norm, check_finite=settings.on_nonfinite != "off",
+                        keep_last=step_callbacks,
+                    ),
                 )  # fmt: skip
                 if result.applied:
                     state.nonfinite_in_a_row = 0

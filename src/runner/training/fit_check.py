@@ -16,6 +16,7 @@ import runner
 from runner.training.batches import BatchError, ModelLoss, describe, forward, to_device
 from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.modes import evaluation_mode
+from runner.training.oom import OutOfMemoryStop, OutOfMemoryUnsaved, first_part_within_memory
 from runner.training.random_state import kept_random_state
 
 # Code that is not the user's: the standard library, installed packages, runner itself.
@@ -78,8 +79,12 @@ def check_fit(
 
     try:
         with evaluation_mode(model), torch.no_grad(), autocast(), kept_random_state():
-            forward(model, to_device(batch, device), checked_loss, target_key)
-    except BatchError:
+            first_part_within_memory(  # a batch too large for memory is checked on a part (oom.py)
+                lambda part: forward(model, to_device(part, device), checked_loss, target_key),
+                batch,
+                target_key,
+            )
+    except (BatchError, OutOfMemoryStop, OutOfMemoryUnsaved):
         raise
     except Exception as error:
         if raised_in_user_code(error):

@@ -24,6 +24,9 @@ class LoopSettings:
     metrics: dict[str, Any]  # name -> metric
     on_nonfinite: str  # "raise", "skip", or "off" (no check: no host read per step)
     max_nonfinite_in_a_row: int
+    # "split" (halve the micro-batch and redo the step: oom.py) or "raise". The one default here, the
+    # schema's, so that a loop built by hand (the oracle tests') is as it was before the setting existed.
+    on_oom: str = "split"
 
 
 def steps_per_epoch(micro_batches_per_epoch: int, micro_batches_per_step: int) -> int:

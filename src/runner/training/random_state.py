@@ -7,31 +7,53 @@ import random
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 
+@dataclass(frozen=True)
+class RandomStates:
+    """Every random state at one moment (a device generator's only where that device is in use)."""
+
+    cpu: torch.Tensor
+    cuda: list[torch.Tensor] | None
+    mps: torch.Tensor | None
+    python: Any
+    numpy: Any
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+        if self.mps is not None:
+            torch.mps.set_rng_state(self.mps)
+        random.setstate(self.python)
+        if self.numpy is not None:
+            sys.modules["numpy"].random.set_state(self.numpy)
+
+
+def random_states() -> RandomStates:
+    """Cheap: a few small tensors copied, no device generator touched unless CUDA or MPS is in use."""
+    numpy = sys.modules.get("numpy")  # only if something imported it: nothing to keep otherwise
+    return RandomStates(
+        cpu=torch.get_rng_state(),
+        cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
+        mps=torch.mps.get_rng_state() if mps_in_use() else None,
+        python=random.getstate(),
+        numpy=numpy.random.get_state() if numpy is not None else None,
+    )
+
+
 @contextmanager
 def kept_random_state() -> Iterator[None]:
-    """Everything drawn inside is drawn from copies: the states are put back after, however it ends.
-    Cheap: a few small tensors copied, no device generator touched unless CUDA or MPS is in use."""
-    cpu = torch.get_rng_state()
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    mps = torch.mps.get_rng_state() if mps_in_use() else None
-    python = random.getstate()
-    numpy = sys.modules.get("numpy")  # only if something imported it: nothing to keep otherwise
-    numpy_state = numpy.random.get_state() if numpy is not None else None
+    """Everything drawn inside is drawn from copies: the states are put back after, however it ends."""
+    saved = random_states()
     try:
         yield
     finally:
-        torch.set_rng_state(cpu)
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
-        if mps is not None:
-            torch.mps.set_rng_state(mps)
-        random.setstate(python)
-        if numpy_state is not None:
-            numpy.random.set_state(numpy_state)
+        saved.restore()
 
 
 def mps_in_use() -> bool:

@@ -1,0 +1,225 @@
+"""Out of memory, survived with the math unchanged (``on_oom=split``, the default).
+
+A ``torch.OutOfMemoryError`` in a training step frees what the failed micro-batches held, halves the
+micro-batch and redoes the same window from its start, on the same samples and random state. The loader
+still yields the batches of ``data.batch_size``: each is cut into micro-batches of the smaller size in
+its own order, so the data order, the window's items and the step's gradient (accumulation is weighted
+by items, ``step.py``) are those of a run configured ``data.batch_size=16`` with twice the
+accumulation. With several processes it stops instead, in one line: the other processes are already
+inside the step's collective operations (DDP's gradient synchronisation, FSDP's gathers), where one
+process cannot redo its part alone.
+"""
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+
+from runner.checkpoint.state import TrainState
+from runner.config.errors import UserError
+from runner.training.batches import count_samples
+from runner.training.carried import NoCarriedState, carried_state_of
+from runner.training.random_state import random_states
+from runner.training.step import Learner, StepResult
+
+log = logging.getLogger("runner")
+TAG = "vitals/micro_batch_size"
+ADVICE = "precision=bf16 (or amp on a GPU), activation_checkpointing=true, or strategy=fsdp over several GPUs"
+
+
+SEVERAL = "with several processes (the others are already in this step's collective operations)"
+
+
+class OutOfMemoryStop(UserError):
+    """The run stops for memory: ``on_oom=raise``, or a micro-batch of one sample still too large. The
+    run saves ``last.pt`` (``experiment/finish.py``)."""
+
+
+class OutOfMemoryUnsaved(UserError):
+    """The same, where the state is not saved: with several processes (the others wait in a collective;
+    a sharded save would wait for them), or in the optimizer's update (the weights may be part-updated)."""
+
+
+def stop(message: str, processes: int, in_update: bool = False) -> UserError:
+    return OutOfMemoryStop(message) if processes == 1 and not in_update else OutOfMemoryUnsaved(message)
+
+
+def in_optimizer_update(error: BaseException, learner: Learner) -> bool:
+    """Whether the error came from inside the optimizer's (or the loss scaler's) step: it may have
+    updated some weights already (an optimizer's state is made at its first step), so the window cannot
+    be redone."""
+    traceback, updaters = error.__traceback__, (learner.optimizer, learner.precision.scaler)
+    while traceback is not None:
+        if any(traceback.tb_frame.f_locals.get("self") is updater for updater in updaters):
+            return True
+        traceback = traceback.tb_next
+    return False
+
+
+def cut(batch: Any, size: int, target_key: str) -> list[Any]:
+    """``batch`` as micro-batches of ``size`` samples, in order, each a copy (fresh memory, as a
+    loader's own batch of that size). Tensors and lists of the batch's length are cut; anything else
+    (a scalar, a tensor of another length) goes with every part."""
+    samples = count_samples(batch, target_key)
+    if size >= samples:
+        return [batch]
+    return [_part(batch, start, size, samples) for start in range(0, samples, size)]
+
+
+def _part(value: Any, start: int, size: int, samples: int) -> Any:
+    if isinstance(value, torch.Tensor):
+        batched = value.ndim > 0 and len(value) == samples
+        return value[start : start + size].clone() if batched else value
+    if isinstance(value, Mapping):
+        return type(value)({key: _part(item, start, size, samples) for key, item in value.items()})
+    if isinstance(value, tuple | list):
+        if len(value) == samples and not any(isinstance(item, torch.Tensor) for item in value):
+            return value[start : start + size]  # one entry per sample (strings, ids)
+        parts = [_part(item, start, size, samples) for item in value]
+        return type(value)(*parts) if hasattr(value, "_fields") else type(value)(parts)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {item.name: _part(getattr(value, item.name), start, size, samples)
+                   for item in dataclasses.fields(value) if item.init}  # fmt: skip
+        return dataclasses.replace(value, **changes)
+    return value
+
+
+def free_memory(learner: Learner) -> None:
+    """What the failed micro-batches held: their gradients; their activations went with the error's
+    frames. On a GPU the cached blocks go back too, so the smaller micro-batch finds them."""
+    learner.optimizer.zero_grad(set_to_none=True)
+    if learner.device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def stop_message(where: str, state: TrainState, on_oom: str, reason: str = "", processes: int = 1) -> str:
+    """``where``: "micro-batch 32" or "validation batch 32"; ``reason``: why it is not split. With several
+    processes the others wait in a collective: none saves, the run's newest checkpoint is the one."""
+    where = f"out of memory at {where}, optimizer step {state.step + 1}"
+    kept = (
+        f"the state of step {state.step} is kept (last.pt, with checkpoint.enabled)"
+        if processes == 1
+        else "the other processes cannot save now: resume from the run's newest checkpoint"
+    )
+    smaller = "lower data.batch_size and raise accumulate (the same steps)"
+    if on_oom == "raise":
+        return f"{where} (on_oom=raise): {kept}; set on_oom=split, or {smaller}; or try {ADVICE}"
+    if reason:
+        return f"{where}: {reason}, a micro-batch is not split; {kept}; {smaller}, or try {ADVICE}"
+    return f"{where}: even one sample at a time does not fit in the device's memory; {kept}; try {ADVICE}"
+
+
+def update_message(state: TrainState, own_step: bool = False) -> str:
+    where, why = (
+        ("in a step the model writes", "(an update in its training_step may have applied)")
+        if own_step
+        else ("in the optimizer's update", "(its state, made at its first step, does not fit)")
+    )
+    return (
+        f"out of memory {where} at optimizer step {state.step + 1} {why}: some weights may be updated "
+        "already, so the step is not redone "
+        f"and no last.pt is saved; resume from the run's newest checkpoint with less memory in use: {ADVICE}"
+    )
+
+
+def why_not_split(learner: Learner) -> str:
+    if learner.processes > 1:
+        return SEVERAL
+    if not isinstance(carried_state_of(learner.plain_model), NoCarriedState):
+        return "with a model that carries a state from batch to batch (its state is per batch)"
+    return ""
+
+
+def step_within_memory(
+    learner: Learner,
+    window: list,
+    state: TrainState,
+    on_oom: str,
+    log_scalar: Callable[[str, float, int], None],
+    run_step: Callable[[list], StepResult],
+) -> StepResult:
+    """``run_step(micro_batches)`` on the window cut to the run's micro-batch
+    (``state.micro_batch_size``; None: the loader's), halved and redone from the window's start on
+    each out-of-memory error until it fits. Its new size is logged at the step it starts with."""
+    loader_size = max(count_samples(batch, learner.target_key) for batch in window)
+    saved = random_states() if on_oom == "split" else None
+    while True:
+        size = state.micro_batch_size or loader_size
+        micro_batches = [part for batch in window for part in cut(batch, size, learner.target_key)]
+        try:
+            return run_step(micro_batches)
+        except torch.OutOfMemoryError as error:
+            # The rest outside the except: the traceback holds the failed micro-batch's activations.
+            in_update = in_optimizer_update(error, learner)
+        free_memory(learner)
+        own_step = getattr(learner.optimizer, "train_window", None) is not None  # manual_step.py
+        if in_update or own_step:
+            raise stop(update_message(state, own_step), learner.processes, in_update=True)
+        reason = why_not_split(learner)
+        if on_oom == "raise" or reason or size == 1:
+            message = stop_message(f"micro-batch {size}", state, on_oom, reason, learner.processes)
+            raise stop(message, learner.processes)
+        saved.restore()
+        state.micro_batch_size = size // 2
+        parts = sum(len(cut(batch, size // 2, learner.target_key)) for batch in window)
+        log.warning(
+            "out of memory at micro-batch %d: continuing with %d x %d per step", size, size // 2, parts
+        )
+        log_scalar(TAG, float(size // 2), state.step + 1)
+
+
+def evaluate_within_memory(
+    learner: Learner,
+    loader: Iterable,
+    state: TrainState,
+    on_oom: str,
+    run_evaluation: Callable[[Iterable], dict[str, float]],
+) -> dict[str, float]:
+    """``run_evaluation(batches)`` over the loader's batches cut to the run's micro-batch, halved and
+    started again on each out-of-memory error (validation sums over items: its values do not change).
+    With several processes it stops: the others are in the collectives of their own forwards."""
+    while True:
+        size = state.micro_batch_size
+        try:
+            return run_evaluation(_cut_all(loader, size, learner.target_key) if size else loader)
+        except torch.OutOfMemoryError:
+            pass  # handled outside the except: its traceback holds the failed batch's activations
+        free_memory(learner)
+        size = size or _loader_size(loader, learner.target_key)
+        reason = SEVERAL if learner.processes > 1 else ""
+        if on_oom == "raise" or size == 1 or reason:
+            where = f"validation batch {size}"
+            raise stop(stop_message(where, state, on_oom, reason, learner.processes), learner.processes)
+        state.micro_batch_size = size // 2
+        log.warning("out of memory in validation at batch %d: continuing with %d", size, size // 2)
+
+
+def _cut_all(loader: Iterable, size: int, target_key: str) -> Iterator[Any]:
+    for batch in loader:
+        yield from cut(batch, size, target_key)
+
+
+def _loader_size(loader: Iterable, target_key: str) -> int:
+    size = getattr(loader, "batch_size", None)
+    return size if isinstance(size, int) else count_samples(next(iter(loader)), target_key)
+
+
+def first_part_within_memory(run: Callable[[Any], Any], batch: Any, target_key: str) -> Any:
+    """``run`` on the batch, or on its first half, quarter, ... where the whole does not fit in memory:
+    what the first-batch check needs (whether model, data and loss fit together) is in any part."""
+    size = count_samples(batch, target_key)
+    while True:
+        try:
+            return run(cut(batch, size, target_key)[0])
+        except torch.OutOfMemoryError:
+            if size == 1 or (torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1):
+                raise OutOfMemoryStop(
+                    f"out of memory in the first-batch check, on {size} sample(s): the model and the batch "
+                    "do not fit in the device's memory; lower data.batch_size and raise accumulate (the "
+                    f"same steps), or try {ADVICE}"
+                ) from None
+        size //= 2
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

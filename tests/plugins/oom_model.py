@@ -1,0 +1,34 @@
+"""Test-only model that runs out of memory: runner's MLP, which raises ``torch.OutOfMemoryError`` (as
+a GPU would) for a batch of more than ``limit`` samples, on every process or on ``rank`` alone; in
+training and evaluation alike, or only ``when`` it is "training" (gradients on) or "evaluation"."""
+
+import os
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from runner.models import mlp
+
+
+class RunsOutAbove(nn.Module):
+    def __init__(
+        self,
+        input_shape: Sequence[int],
+        num_outputs: int,
+        hidden: Sequence[int] = (64,),
+        dropout: float = 0.0,
+        limit: int = 8,
+        rank: int | None = None,
+        when: str = "always",
+    ):
+        super().__init__()
+        self.body = mlp(input_shape, num_outputs, hidden, dropout)
+        self.limit, self.rank, self.when = limit, rank, when
+
+    def forward(self, inputs: Tensor) -> Tensor:
+        here = self.rank is None or int(os.environ.get("RANK", "0")) == self.rank
+        now = {"always": True, "training": torch.is_grad_enabled(), "evaluation": not torch.is_grad_enabled()}
+        if here and now[self.when] and len(inputs) > self.limit:
+            raise torch.OutOfMemoryError(f"simulated: a batch of {len(inputs)} > {self.limit} samples")
+        return self.body(inputs)

@@ -1,0 +1,188 @@
+"""Out of memory in a run (``on_oom``): the micro-batch is halved and the step redone with the math of
+the run as configured, or the run stops in one line with ``last.pt`` kept (``training/oom.py``). The
+model of ``tests/plugins/oom_model.py`` raises ``torch.OutOfMemoryError`` above a batch size."""
+
+import logging
+
+import pytest
+import torch
+from conftest import PLUGINS, TINY, read_scalars, run_cli
+
+from runner.checkpoint.state import TrainState, saved_keys
+from runner.config.errors import UserError
+from runner.training.oom import TAG, OutOfMemoryStop, OutOfMemoryUnsaved, cut, step_within_memory
+from runner.training.precision import resolve_precision
+from runner.training.step import Learner, train_step
+
+RUNS_OUT = ("model._target_=oom_model.RunsOutAbove", "data.dataset.num_train=128")
+AT_8 = (*RUNS_OUT, "+model.limit=8")
+
+
+def last(run_dir):
+    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+
+
+def same_weights(first: dict, second: dict) -> bool:
+    return all(torch.equal(first[name], second[name]) for name in first) and first.keys() == second.keys()
+
+
+def test_a_run_that_runs_out_at_32_ends_as_one_configured_8_x_4_also_when_resumed(
+    train_here, tmp_path, caplog
+):
+    """The step's math is kept: the same weights, bit for bit, and the same logged losses. The split is
+    in the checkpoint, so the resumed half starts at micro-batch 8 without running out again."""
+    split = tmp_path / "split"
+    train_here(*TINY, *AT_8, "data.batch_size=32", "trainer.max_steps=3", "checkpoint.every_n_steps=1",
+               run_dir=split)  # fmt: skip
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "out of memory at micro-batch 32: continuing with 16 x 2 per step",
+        "out of memory at micro-batch 16: continuing with 8 x 4 per step",
+    ]
+    assert last(split)["micro_batch_size"] == 8
+    caplog.clear()
+    train_here(*TINY, *AT_8, "data.batch_size=32", "trainer.max_steps=6", "resume=auto", run_dir=split)
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    configured = tmp_path / "configured"
+    train_here(*TINY, *AT_8, "data.batch_size=8", "accumulate=4", "trainer.max_steps=6", run_dir=configured)
+    assert same_weights(last(split)["model_state_dict"], last(configured)["model_state_dict"])
+    assert same_weights(
+        last(split)["optimizer_state_dict"]["state"][0], last(configured)["optimizer_state_dict"]["state"][0]
+    )
+    split_scalars, configured_scalars = read_scalars(split), read_scalars(configured)
+    assert split_scalars["train/loss"] == configured_scalars["train/loss"]
+    assert split_scalars[TAG] == [(1, 16.0), (1, 8.0)]
+    assert TAG not in configured_scalars  # logged where a split changes it
+
+
+def test_validation_splits_its_batches_and_the_run_trains_on_at_that_size(train_here, caplog):
+    run_dir = train_here(*TINY, *AT_8, "+model.when=evaluation", "data.batch_size=32")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings[:2] == [
+        "out of memory in validation at batch 32: continuing with 16",
+        "out of memory in validation at batch 16: continuing with 8",
+    ]
+    assert last(run_dir)["micro_batch_size"] == 8
+    assert read_scalars(run_dir)["val/loss"]
+
+
+@pytest.mark.parametrize("on_oom", ["raise", "split"])
+def test_out_of_memory_that_cannot_be_split_stops_in_one_line_with_last_pt(train_here, tmp_path, on_oom):
+    """on_oom=raise at the first one; split when even a micro-batch of one sample runs out (limit 0)."""
+    limit = "8" if on_oom == "raise" else "0"
+    with pytest.raises(UserError) as stopped:
+        train_here(*TINY, *RUNS_OUT, f"+model.limit={limit}", "+model.when=training", "data.batch_size=32",
+                   f"on_oom={on_oom}", "trainer.max_steps=2")  # fmt: skip
+    message = str(stopped.value)
+    assert "\n" not in message and message.startswith("out of memory at micro-batch")
+    assert "activation_checkpointing=true" in message and "strategy=fsdp" in message
+    assert ("on_oom=raise" in message) == (on_oom == "raise")
+    assert last(tmp_path / "run")["global_step"] == 0
+
+
+def test_a_checkpoint_from_before_the_split_setting_still_loads():
+    assert "micro_batch_size" not in saved_keys()  # not required: an older file lacks it
+    state = TrainState()
+    saved = state.state_dict()
+    assert saved["micro_batch_size"] is None
+    del saved["micro_batch_size"]
+    state.load_state_dict(saved)
+    assert state.micro_batch_size is None
+    state.load_state_dict({**saved, "micro_batch_size": 16})
+    assert state.micro_batch_size == 16
+
+
+def test_a_batch_is_cut_in_order_into_fresh_micro_batches():
+    inputs, targets = torch.arange(10.0).reshape(5, 2), torch.arange(5)
+    batch = {"inputs": inputs, "labels": targets, "names": list("abcde"), "scale": torch.tensor(2.0)}
+    parts = cut(batch, 2, "labels")
+    assert [part["labels"].tolist() for part in parts] == [[0, 1], [2, 3], [4]]
+    assert [part["names"] for part in parts] == [["a", "b"], ["c", "d"], ["e"]]
+    assert all(part["scale"] is batch["scale"] for part in parts)
+    assert parts[1]["inputs"].untyped_storage().data_ptr() != inputs.untyped_storage().data_ptr()
+    assert cut((inputs, targets), 8, "labels") == [(inputs, targets)]
+
+
+@pytest.mark.slow
+def test_through_the_cli_a_split_is_one_warning_line_and_raise_one_error_line(tmp_path):
+    """As a user runs it: the plug-in on PYTHONPATH; the split run ends 0, the raised one in one line."""
+    env = {"PYTHONPATH": str(PLUGINS)}
+    common = (*TINY, *AT_8, "data.batch_size=16", "trainer.max_steps=2")
+    split = run_cli("train", *common, f"hydra.run.dir={tmp_path / 'split'}", cwd=tmp_path, env=env)
+    assert split.returncode == 0, split.stderr
+    assert "out of memory at micro-batch 16: continuing with 8 x 2 per step" in split.stdout
+    raised = run_cli(
+        "train", *common, "on_oom=raise", f"hydra.run.dir={tmp_path / 'raised'}", cwd=tmp_path, env=env
+    )
+    errors = [line for line in (raised.stdout + raised.stderr).splitlines() if "error" in line]
+    assert raised.returncode != 0 and len(errors) == 1 and "Traceback" not in raised.stderr, raised.stderr
+    assert errors[0].startswith(
+        "runner: error: out of memory at micro-batch 16, optimizer step 1 (on_oom=raise)"
+    )
+    assert last(tmp_path / "raised")["global_step"] == 0
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_several_processes_or_a_carried_state_stop_instead_of_splitting(processes):
+    """Several processes: the others wait in the step's collectives (none can save). A model that carries
+    a state from batch to batch: its state is per batch."""
+    model = torch.nn.Linear(2, 2)
+    if processes == 1:
+        model.carried_state = type(
+            "Carried", (), {"state_dict": dict, "load_state_dict": print, "reset": print}
+        )()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    cpu = torch.device("cpu")
+    learner = Learner(model, torch.nn.MSELoss(), optimizer, resolve_precision("fp32", cpu), cpu, False,
+                      "labels", processes=processes)  # fmt: skip
+
+    def runs_out(parts):
+        raise torch.OutOfMemoryError("simulated")
+
+    window = [(torch.zeros(4, 2), torch.zeros(4, 2))]
+    expected = OutOfMemoryStop if processes == 1 else OutOfMemoryUnsaved
+    with pytest.raises(expected) as stopped:
+        step_within_memory(learner, window, TrainState(step=3), "split", lambda *_: None, runs_out)
+    reason = "several processes" if processes == 2 else "a model that carries a state from batch to batch"
+    assert str(stopped.value).startswith(f"out of memory at micro-batch 4, optimizer step 4: with {reason}")
+    assert ("last.pt" in str(stopped.value)) == (processes == 1)
+
+
+class RunsOutInItsUpdate(torch.optim.SGD):
+    def step(self, closure=None):
+        raise torch.OutOfMemoryError("simulated: the optimizer's state does not fit")
+
+
+def test_out_of_memory_in_the_optimizers_update_is_not_redone_nor_saved():
+    """The update may have changed some weights already: redoing the window would apply it twice."""
+    model = torch.nn.Linear(2, 2)
+    cpu = torch.device("cpu")
+    learner = Learner(model, torch.nn.MSELoss(), RunsOutInItsUpdate(model.parameters(), lr=0.1),
+                      resolve_precision("fp32", cpu), cpu, False, "labels")  # fmt: skip
+    window = [(torch.zeros(4, 2), torch.zeros(4, 2))]
+    with pytest.raises(OutOfMemoryUnsaved) as stopped:
+        step_within_memory(learner, window, TrainState(), "split", lambda *_: None,
+                           lambda parts: train_step(learner, parts, clip_norm=None))  # fmt: skip
+    assert str(stopped.value).startswith("out of memory in the optimizer's update at optimizer step 1")
+    assert all(parameter.grad is None for parameter in model.parameters())  # freed
+
+
+def test_out_of_memory_in_a_step_the_model_writes_is_not_redone_nor_saved():
+    """A model's own training_step may have applied one optimizer's update before the error (a GAN's
+    discriminator, then its generator): the window cannot be redone, and the state is not saved."""
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    optimizer.train_window = lambda *_: None  # how a step the model writes is handed to train_step
+    cpu = torch.device("cpu")
+    learner = Learner(
+        model, torch.nn.MSELoss(), optimizer, resolve_precision("fp32", cpu), cpu, False, "labels"
+    )
+
+    def runs_out(parts):
+        raise torch.OutOfMemoryError("simulated")
+
+    window = [(torch.zeros(4, 2), torch.zeros(4, 2))]
+    with pytest.raises(
+        OutOfMemoryUnsaved, match="out of memory in a step the model writes at optimizer step 4"
+    ):
+        step_within_memory(learner, window, TrainState(step=3), "split", lambda *_: None, runs_out)
