@@ -44,11 +44,19 @@ OUTPUT_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")  # 
 # their own directories. Cached like Hydra's own ${now:}, so every job of a sweep sees one value.
 OmegaConf.register_new_resolver("unique_suffix", lambda: secrets.token_hex(2), use_cache=True, replace=True)
 ConfigStore.instance().store(name="runner_schema", node=RunConfig)
-ConfigStore.instance().store(group="data", name="base_data", node=DataConfig)
+ConfigStore.instance().store(group="data", name="data_schema", node=DataConfig)
+# What data configs build on: the typed schema, and the run's default metrics, which a data config
+# changes as it sets its loss (``- override /metrics@_global_.metrics: none``, conf/data/regression.yaml).
+ConfigStore.instance().store(
+    group="data",
+    name="base_data",
+    node={"defaults": ["data_schema", {"/metrics@_global_.metrics": "accuracy"}, "_self_"]},
+)
 # The logger Hydra's basic launcher (jobs one after another, in this process) logs its lines to; the
 # name is its module's, and nothing of it is imported.
 BASIC_LAUNCHER_LOG = "hydra._internal.core_plugins.basic_launcher"
-SCHEMA_OPTIONS = {"data": {"base_data"}}  # config store entries that data configs build on, not options
+# Config store entries that data configs build on, not options.
+SCHEMA_OPTIONS = {"data": {"base_data", "data_schema"}}
 
 
 def group_names() -> set[str]:
