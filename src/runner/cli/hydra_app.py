@@ -27,6 +27,7 @@ from runner.cli.exits import exit_with
 from runner.cli.hydra_start import check_folder_names, planned_run_dir
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
 from runner.config.errors import ConfigError, UserError
+from runner.config.project import Project, active_project
 from runner.config.schema import DataConfig, RunConfig
 from runner.experiment.undo import remove_new_run_dir
 from runner.observe.console import OneLinePerJob
@@ -60,7 +61,25 @@ SCHEMA_OPTIONS = {"data": {"base_data", "data_schema"}}
 
 
 def group_names() -> set[str]:
-    return {path.name for path in CONFIG_DIR.iterdir() if path.is_dir()}
+    return {path.name for folder in config_folders(None) for path in folder.iterdir() if path.is_dir()}
+
+
+def store_project_defaults(project: Project | None) -> None:
+    """A project's default options as the config ``runner_project/defaults``, which runner's defaults
+    list takes after its own (so ``+experiment=...`` and the command line still choose over it)."""
+    if project is None:
+        return
+    for group, option in project.defaults.items():
+        options = options_of(group)
+        if option not in options:
+            raise ConfigError(
+                f'{project.file}: [tool.runner] defaults {group} = "{option}": no such option; '
+                f"{group} is one of {', '.join(options) or 'nothing (no such config group)'}"
+            )
+    overrides = [{f"override /{group}": option} for group, option in project.defaults.items()]
+    ConfigStore.instance().store(
+        group="runner_project", name="defaults", package="_global_", node={"defaults": overrides}
+    )
 
 
 @functools.cache
@@ -147,7 +166,9 @@ def config_folders(command_line: CommandLine | None) -> list[Path]:
 
     searchpath = command_line.last("hydra.searchpath") if command_line else None
     entries = searchpath.value() if searchpath is not None else []
-    return [CONFIG_DIR, *searchpath_folders(entries if isinstance(entries, list) else [entries])]
+    project = active_project()
+    folders = searchpath_folders(entries if isinstance(entries, list) else [entries])
+    return [CONFIG_DIR, *([project.conf] if project is not None else []), *folders]
 
 
 def options_of(group: str, command_line: CommandLine | None = None) -> list[str]:
@@ -305,3 +326,7 @@ def restore_environment(name: str, value: str | None) -> None:
         os.environ.pop(name, None)
     else:
         os.environ[name] = value
+
+
+# The project's defaults, in the processes runner starts too (joblib and submitit workers compose there).
+store_project_defaults(active_project())

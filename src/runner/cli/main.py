@@ -46,6 +46,9 @@ def main(arguments: list[str] | None = None) -> None:
 
     try:
         check_process_environment()
+        from runner.cli.project import enter
+
+        enter()  # the project this folder lies in: its code, configs and default options
     except UserError as error:
         exit_with(error)
     try:

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
-from runner.cli.hydra_app import CONFIG_DIR, check_command_line, run_hydra
+from runner.cli.hydra_app import check_command_line, config_folders, run_hydra
 from runner.config.checks import check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import RunConfig
@@ -82,7 +82,8 @@ def main_eval(arguments: list[str]) -> None:
         if split not in SPLITS:
             raise ConfigError(f"split={split} is not allowed; split must be one of {', '.join(SPLITS)}")
         allowed = {target for target in options.get("allow_targets", "").split(",") if target}
-        trusted = folder_targets(CONFIG_DIR) | allowed
+        # runner's own, and in a project those its config folder names (the user's own code).
+        trusted = set().union(*(folder_targets(folder) for folder in config_folders(None))) | allowed
         if not options["ckpt"]:
             raise ConfigError("ckpt= names nothing; give a checkpoint file or a run directory")
         checkpoint = checkpoint_to_evaluate(Path(options["ckpt"]))
