@@ -14,6 +14,7 @@ commands:
   doctor   the debugging checklist's 8 checks on what train would build, writing nothing:
            python -m runner doctor [key=value ...] [--json]
   lr_find  learning-rate range test: python -m runner lr_find [key=value ...]
+  init     a new project folder (your model, data and configs): python -m runner init NAME
 
 python -m runner COMMAND --help shows a command's help (for train, doctor and lr_find: the config
 groups and every setting with its default).
@@ -25,6 +26,7 @@ COMMANDS = {  # command: (module, function); imported only when run, so --help s
     "consolidate": ("runner.cli.tools", "main_consolidate"),
     "doctor": ("runner.cli.tools", "main_doctor"),
     "lr_find": ("runner.cli.tools", "main_lr_find"),
+    "init": ("runner.cli.init", "main_init"),
 }
 
 
