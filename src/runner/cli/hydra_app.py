@@ -25,6 +25,7 @@ from runner.checkpoint.durable import NO_SPACE, REFUSED_WRITES, refused_write
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
 from runner.cli.hydra_start import check_folder_names, planned_run_dir
+from runner.cli.suggest import closest_argument
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.project import Project, active_project
@@ -213,7 +214,7 @@ def trusted_targets(command_line: CommandLine) -> set[str]:
     return trusted
 
 
-def composition_error(error: Exception) -> str:
+def composition_error(error: Exception, command_line: CommandLine | None = None) -> str:
     """Hydra's multi-line message for a config it could not compose, as one line."""
     text = str(error)
     group = re.search(r"Available options in '([^']+)'", text)
@@ -225,6 +226,11 @@ def composition_error(error: Exception) -> str:
     unknown = re.match(r"Could not override '([^']+)'.\s*To append to your config use (\S+)", text)
     if unknown:
         section, _, name = unknown[1].rpartition(".")
+        given = command_line.last(section) if command_line is not None else None
+        closest = closest_argument(name, section, config_folders(command_line), given)
+        if closest is not None:
+            return (f"{unknown[1]}: {section} has no key {name}; did you mean {section}.{closest[0]} (an "
+                    f"argument of {closest[1]})? To add {name} anyway, use {unknown[2]}")  # fmt: skip
         return f"{unknown[1]}: {section} has no key {name}; to add one, use {unknown[2]}"
     lines = [line.strip() for line in text.split("Config search path")[0].splitlines() if line.strip()]
     if isinstance(error.__cause__, OmegaConfBaseException):
@@ -267,7 +273,7 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
     except HydraException as error:  # composing, sweeping: before any job runs
         if started:
             raise
-        exit_with(ConfigError(composition_error(error)))
+        exit_with(ConfigError(composition_error(error, command_line)))
     except UserError as error:  # a sweeper's settings (jobs report their own errors)
         exit_with(error)
     except (OSError, ValueError) as error:  # Hydra writing its record, or opening the job's log file
