@@ -36,7 +36,8 @@ config stored in the checkpoint; with ema, the averaged weights are evaluated. W
   split=val|test       which split (default val)
   device=...           where to evaluate (default auto: cuda, else mps, else cpu)
   allow_targets=A,B    _target_s of your own code the stored config may build (runner's own are
-                       always allowed); your code must be importable (PYTHONPATH)
+                       always allowed, and in a project those its config folder names); your code
+                       must be importable (a project's is; else PYTHONPATH)
 """
 REPORT_HELP = """usage: python -m runner report DIR
 
