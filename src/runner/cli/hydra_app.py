@@ -303,9 +303,9 @@ def help_without_schemas(main: Callable[[], Any]) -> Any:
                     return start + ", ".join(options)
             return line
 
-        sys.stdout.write(
-            "".join(listed(line.rstrip("\n")) + "\n" for line in printed.getvalue().splitlines(True))
-        )
+        lines = printed.getvalue().splitlines(True)
+        shown = [line for line in lines if not line.startswith("runner_project: ")]  # a project's defaults
+        sys.stdout.write("".join(listed(line.rstrip("\n")) + "\n" for line in shown))
 
 
 def hydra_write_error(error: OSError) -> str:
