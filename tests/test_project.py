@@ -151,6 +151,19 @@ def test_a_resume_that_needs_a_config_folder_names_it(tmp_path):
     check_same_project(tmp_path / "project_run", "latest", conf)  # from the project: nothing to say
 
 
+def test_lr_find_takes_its_range_and_steps_as_flags():
+    from runner.cli.arguments import CommandLine
+    from runner.cli.tools import lr_find_range
+
+    assert lr_find_range(CommandLine.parse([])) == {"--min-lr": 1e-6, "--max-lr": 10.0, "--steps": 100}
+    chosen = lr_find_range(CommandLine.parse(["--min-lr=1e-8", "--steps=300", "optimizer=sgd"]))
+    assert chosen == {"--min-lr": 1e-8, "--max-lr": 10.0, "--steps": 300}
+    with pytest.raises(ConfigError, match=r"--steps=1: --steps takes a whole number >= 2"):
+        lr_find_range(CommandLine.parse(["--steps=1"]))
+    with pytest.raises(ConfigError, match=r"--min-lr=1 must be below --max-lr=0.1"):
+        lr_find_range(CommandLine.parse(["--min-lr=1", "--max-lr=0.1"]))
+
+
 # --- the slow lane: the real CLI in a project runner init made -----------------------------------
 
 
