@@ -127,6 +127,22 @@ def test_a_key_the_target_does_not_take_suggests_its_closest_argument(capsys):
     assert "did you mean optimizer.momentum" in capsys.readouterr().err
 
 
+def test_the_closest_argument_is_an_abbreviation_or_a_near_spelling():
+    import torch
+
+    from runner.config.closest import closest_name, unexpected_argument_hint
+
+    assert closest_name("learning_rate", ["params", "lr", "betas"]) == "lr"
+    assert closest_name("wd", ["lr", "weight_decay"]) == "weight_decay"
+    assert closest_name("mometum", ["lr", "momentum", "dampening"]) == "momentum"
+    assert closest_name("colour", ["lr", "momentum"]) is None
+    try:
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], learning_rate=0.1)
+    except TypeError as error:
+        hint = unexpected_argument_hint("optimizer", "torch.optim.SGD", error)
+    assert hint == "; optimizer.lr is its argument closest to learning_rate"
+
+
 def recorded(run_dir: Path, provider: str, folder: Path) -> None:
     sources = [{"path": "/x", "schema": "file", "provider": "main"},
                {"path": str(folder), "schema": "file", "provider": provider}]  # fmt: skip

@@ -2,19 +2,15 @@
 arguments (``optimizer.lr``), from the target's signature and its config's keys. The target is one a
 config folder names (runner's or the project's), so importing it runs nothing the run would not."""
 
-import difflib
-import inspect
+import contextlib
 from pathlib import Path
 
 import yaml
 from hydra.core.override_parser.types import Override
 from hydra.utils import get_object
 
+from runner.config.closest import argument_names, closest_name
 from runner.config.project import active_project
-
-
-def initials(name: str) -> str:
-    return "".join(word[0] for word in name.split("_") if word)
 
 
 def option_file(group: str, folders: list[Path], given: Override | None) -> Path | None:
@@ -49,14 +45,7 @@ def closest_argument(
         return None
     target = content["_target_"]
     candidates = [str(key) for key in content if not str(key).startswith("_") and key != "defaults"]
-    try:
-        parameters = inspect.signature(get_object(target)).parameters.values()
-        candidates += [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    except Exception:  # a target that cannot be imported here, or has no signature: its config's keys
-        pass
-    candidates = [c for c in dict.fromkeys(candidates) if c not in ("self", name)]
-    for candidate in candidates:
-        if initials(name) == candidate or initials(candidate) == name:
-            return candidate, target
-    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.7)
-    return (close[0], target) if close else None
+    with contextlib.suppress(Exception):  # a target that cannot be imported here: its config's keys
+        candidates += argument_names(get_object(target))
+    closest = closest_name(name, candidates)
+    return (closest, target) if closest else None
