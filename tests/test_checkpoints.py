@@ -211,6 +211,7 @@ def test_the_resume_command_under_torchrun_keeps_torchruns_options(command_line,
 def test_the_resume_command_is_torchruns_wherever_torchrun_started_the_run(monkeypatch):
     from runner.experiment.relaunch import resume_command, torchrun_options
 
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     assert torchrun_options(["/usr/bin/python", "-m", "runner", "train"]) is None
     assert resume_command(Path("/runs/a")) == "python -m runner train resume=/runs/a"
     # Under torchrun, where its agent's command line cannot be read (here the parent is not torchrun):
@@ -227,12 +228,18 @@ def test_the_resume_command_gives_the_runs_config_folders_and_targets_again(monk
     command names those this run was given; the other overrides it takes from the run directory."""
     from runner.experiment.relaunch import resume_command
 
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     searchpath = "hydra.searchpath=[file://examples/word_lm/conf]"
     monkeypatch.setattr(sys, "argv", ["runner", "train", searchpath, "+experiment=word_lm", "seed=3"])
     assert resume_command(Path("/runs/a")) == f"python -m runner train resume=/runs/a '{searchpath}'"
     own = ["model._target_=mine.Net", "data.sampler={_target_: mine.Order}"]
     monkeypatch.setattr(sys, "argv", ["runner", "train", own[0], "seed=3", own[1]])
     assert resume_command(Path("/runs/a")) == "python -m runner train resume=/runs/a " + shlex.join(own)
+    # Outside a project, the code the run imported is on the PYTHONPATH it was started with: pasted
+    # into another shell, the command needs it.
+    monkeypatch.setenv("PYTHONPATH", "examples/word lm")
+    monkeypatch.delenv("RUNNER_PROJECT", raising=False)
+    assert resume_command(Path("/runs/a")).startswith("PYTHONPATH='examples/word lm' python -m runner train")
 
 
 def evaluated(capsys, *arguments: str) -> tuple[str, str]:

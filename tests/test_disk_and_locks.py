@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import resource
+import shlex
 import shutil
 import signal
 import socket
@@ -28,6 +29,8 @@ from runner.observe.records import RESULT_FILE, write_result
 from runner.tools.report import write_summary
 
 ENV = {"PYTHONPATH": str(PLUGINS) + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+# A printed resume command carries the PYTHONPATH the run was started with (outside a project).
+RESUME = "PYTHONPATH=" + shlex.quote(os.pathsep.join(e for e in ENV["PYTHONPATH"].split(os.pathsep) if e))
 LONG = ("trainer.max_steps=2000", "trainer.max_epochs=null", "trainer.log_every_n_steps=1")
 
 
@@ -239,7 +242,7 @@ def test_a_tensorboard_write_failure_stops_at_the_next_step_and_saves(tmp_path, 
     (events,) = event_files(run_dir)
     assert line == (
         f"runner: error: cannot write {events}: File too large; the last good checkpoint is {last} "
-        f"(resume with: python -m runner train resume={run_dir} once there is space)"
+        f"(resume with: {RESUME} python -m runner train resume={run_dir} once there is space)"
     )
     stopped_at = loads(last)["global_step"]
     assert 300 < stopped_at < 1000  # at the step boundary after the failed write, not at the run's end
@@ -312,7 +315,8 @@ def test_a_full_disk_is_one_line_keeps_the_checkpoints_and_resumes_once_there_is
     line = one_error_line(full)
     assert line.startswith(f"runner: error: cannot write {disk / 'run'}")
     assert ": No space left on device; the last good checkpoint is " in line
-    assert line.endswith(f"(resume with: python -m runner train resume={disk / 'run'} once there is space)")
+    resume = f"{RESUME} python -m runner train resume={disk / 'run'}"
+    assert line.endswith(f"(resume with: {resume} once there is space)")
     named = Path(line.split("the last good checkpoint is ")[1].split(" (resume")[0])
     kept = checkpoint_files(out / "full_run")
     assert kept and all(path.name.startswith("step_") for path in kept)  # no temporary file, no torn one

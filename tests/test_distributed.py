@@ -166,6 +166,8 @@ def test_sigterm_stops_every_rank_at_one_step_and_resume_needs_the_same_world_si
     # The resume command printed is torchrun's, with the same processes (the one-process one fails),
     # and gives again the _target_ a resume takes only from its command line.
     (printed,) = re.findall(r"resume with: (.*)", out + err)
+    pythonpath, printed = printed.split(" ", 1)  # the PYTHONPATH the run was started with
+    assert pythonpath.startswith("PYTHONPATH=") and str(REPO / "tests" / "plugins") in pythonpath
     assert printed == (
         f"python -m torch.distributed.run --standalone --nproc_per_node=2 -m runner train resume={run_dir} "
         f"{OWN_DATA}"

@@ -102,7 +102,11 @@ def blocks(section: str, language: str) -> list[tuple[str, str]]:
 
 
 def five_minute_commands() -> list[str]:
-    return [line for _, text in blocks(five_minutes(), "bash") for line in text.splitlines() if line.strip()]
+    """The commands that train the plug-in from the repository root (the section starts with
+    ``runner init``: tests/test_project.py runs that one)."""
+    lines = [line for _, text in blocks(five_minutes(), "bash") for line in text.splitlines() if line.strip()]
+    assert lines[0].startswith("python -m runner init ")
+    return lines[1:]
 
 
 def test_the_code_the_five_minute_section_shows_is_the_examples_code():

@@ -257,7 +257,11 @@ def test_the_printed_resume_command_resumes_a_stopped_example_run(tmp_path):
     out, err = process.communicate(timeout=120)
     assert process.returncode == 143, err
     printed = out.split("resume with: ", 1)[1].splitlines()[0]
-    resumed = subprocess.run(shlex.split(printed.replace("python", sys.executable, 1)), cwd=REPO, env=env,
-                             capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert printed.startswith("PYTHONPATH=examples/word_lm python -m runner train resume=")
+    # Pasted into a shell that has no PYTHONPATH of its own: the printed one is enough.
+    shell_env = {name: value for name, value in env.items() if name != "PYTHONPATH"}
+    pasted = printed.replace(" python ", f" {shlex.quote(sys.executable)} ", 1)
+    resumed = subprocess.run(pasted, shell=True, cwd=REPO, env=shell_env, capture_output=True, text=True,
+                             timeout=240)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from" in resumed.stdout

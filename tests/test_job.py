@@ -60,6 +60,9 @@ def test_a_run_records_ok_and_returns_its_best(tmp_path):
     result = recorded_result(run_dir)
     assert math.isfinite(best) and result["status"] == "ok" and result["best"] == best
     assert (run_dir / "checkpoints").is_dir()
+    # Which metric best is of, where the run reached it, and the last validation's metrics.
+    assert result["monitor"] == "val/loss" and 1 <= result["best_step"] <= result["step"]
+    assert set(result["final"]) == {"val/loss", "val/acc"} and result["final"]["val/loss"] >= best
 
 
 def test_a_refused_run_raises_and_leaves_no_run_directory(tmp_path, monkeypatch):

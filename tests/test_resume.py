@@ -2,6 +2,7 @@
 
 import os
 import random
+import shlex
 import shutil
 import signal
 import subprocess
@@ -104,7 +105,8 @@ def test_signal_saves_at_a_step_boundary_and_resume_finishes_the_run(
     process.send_signal(signal_number)
     out, err = process.communicate(timeout=60)
     assert process.returncode == exit_code, err
-    assert f"resume with: python -m runner train resume={run_dir}" in out
+    pythonpath = os.pathsep.join(entry for entry in ENV["PYTHONPATH"].split(os.pathsep) if entry)
+    assert f"resume with: PYTHONPATH={shlex.quote(pythonpath)} python -m runner train resume={run_dir}" in out
     saved = final_states(run_dir)
     assert 10 <= saved["global_step"] < 30
     logged = read_scalars(run_dir)["train/loss"]

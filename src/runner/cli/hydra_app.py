@@ -25,8 +25,10 @@ from runner.checkpoint.durable import NO_SPACE, REFUSED_WRITES, refused_write
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
 from runner.cli.hydra_start import check_folder_names, planned_run_dir
+from runner.cli.suggest import closest_argument
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
 from runner.config.errors import ConfigError, UserError
+from runner.config.project import Project, active_project
 from runner.config.schema import DataConfig, RunConfig
 from runner.experiment.undo import remove_new_run_dir
 from runner.observe.console import OneLinePerJob
@@ -44,15 +46,41 @@ OUTPUT_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")  # 
 # their own directories. Cached like Hydra's own ${now:}, so every job of a sweep sees one value.
 OmegaConf.register_new_resolver("unique_suffix", lambda: secrets.token_hex(2), use_cache=True, replace=True)
 ConfigStore.instance().store(name="runner_schema", node=RunConfig)
-ConfigStore.instance().store(group="data", name="base_data", node=DataConfig)
+ConfigStore.instance().store(group="data", name="data_schema", node=DataConfig)
+# What data configs build on: the typed schema, and the run's default metrics, which a data config
+# changes as it sets its loss (``- override /metrics@_global_.metrics: none``, conf/data/regression.yaml).
+ConfigStore.instance().store(
+    group="data",
+    name="base_data",
+    node={"defaults": ["data_schema", {"/metrics@_global_.metrics": "accuracy"}, "_self_"]},
+)
 # The logger Hydra's basic launcher (jobs one after another, in this process) logs its lines to; the
 # name is its module's, and nothing of it is imported.
 BASIC_LAUNCHER_LOG = "hydra._internal.core_plugins.basic_launcher"
-SCHEMA_OPTIONS = {"data": {"base_data"}}  # config store entries that data configs build on, not options
+# Config store entries that data configs build on, not options.
+SCHEMA_OPTIONS = {"data": {"base_data", "data_schema"}}
 
 
 def group_names() -> set[str]:
-    return {path.name for path in CONFIG_DIR.iterdir() if path.is_dir()}
+    return {path.name for folder in config_folders(None) for path in folder.iterdir() if path.is_dir()}
+
+
+def store_project_defaults(project: Project | None) -> None:
+    """A project's default options as the config ``runner_project/defaults``, which runner's defaults
+    list takes after its own (so ``+experiment=...`` and the command line still choose over it)."""
+    if project is None:
+        return
+    for group, option in project.defaults.items():
+        options = options_of(group)
+        if option not in options:
+            raise ConfigError(
+                f'{project.file}: [tool.runner] defaults {group} = "{option}": no such option; '
+                f"{group} is one of {', '.join(options) or 'nothing (no such config group)'}"
+            )
+    overrides = [{f"override /{group}": option} for group, option in project.defaults.items()]
+    ConfigStore.instance().store(
+        group="runner_project", name="defaults", package="_global_", node={"defaults": overrides}
+    )
 
 
 @functools.cache
@@ -139,7 +167,9 @@ def config_folders(command_line: CommandLine | None) -> list[Path]:
 
     searchpath = command_line.last("hydra.searchpath") if command_line else None
     entries = searchpath.value() if searchpath is not None else []
-    return [CONFIG_DIR, *searchpath_folders(entries if isinstance(entries, list) else [entries])]
+    project = active_project()
+    folders = searchpath_folders(entries if isinstance(entries, list) else [entries])
+    return [CONFIG_DIR, *([project.conf] if project is not None else []), *folders]
 
 
 def options_of(group: str, command_line: CommandLine | None = None) -> list[str]:
@@ -184,7 +214,7 @@ def trusted_targets(command_line: CommandLine) -> set[str]:
     return trusted
 
 
-def composition_error(error: Exception) -> str:
+def composition_error(error: Exception, command_line: CommandLine | None = None) -> str:
     """Hydra's multi-line message for a config it could not compose, as one line."""
     text = str(error)
     group = re.search(r"Available options in '([^']+)'", text)
@@ -196,6 +226,11 @@ def composition_error(error: Exception) -> str:
     unknown = re.match(r"Could not override '([^']+)'.\s*To append to your config use (\S+)", text)
     if unknown:
         section, _, name = unknown[1].rpartition(".")
+        given = command_line.last(section) if command_line is not None else None
+        closest = closest_argument(name, section, config_folders(command_line), given)
+        if closest is not None:
+            return (f"{unknown[1]}: {section} has no key {name}; did you mean {section}.{closest[0]} (an "
+                    f"argument of {closest[1]})? To add {name} anyway, use {unknown[2]}")  # fmt: skip
         return f"{unknown[1]}: {section} has no key {name}; to add one, use {unknown[2]}"
     lines = [line.strip() for line in text.split("Config search path")[0].splitlines() if line.strip()]
     if isinstance(error.__cause__, OmegaConfBaseException):
@@ -238,7 +273,7 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
     except HydraException as error:  # composing, sweeping: before any job runs
         if started:
             raise
-        exit_with(ConfigError(composition_error(error)))
+        exit_with(ConfigError(composition_error(error, command_line)))
     except UserError as error:  # a sweeper's settings (jobs report their own errors)
         exit_with(error)
     except (OSError, ValueError) as error:  # Hydra writing its record, or opening the job's log file
@@ -268,9 +303,9 @@ def help_without_schemas(main: Callable[[], Any]) -> Any:
                     return start + ", ".join(options)
             return line
 
-        sys.stdout.write(
-            "".join(listed(line.rstrip("\n")) + "\n" for line in printed.getvalue().splitlines(True))
-        )
+        lines = printed.getvalue().splitlines(True)
+        shown = [line for line in lines if not line.startswith("runner_project: ")]  # a project's defaults
+        sys.stdout.write("".join(listed(line.rstrip("\n")) + "\n" for line in shown))
 
 
 def hydra_write_error(error: OSError) -> str:
@@ -297,3 +332,7 @@ def restore_environment(name: str, value: str | None) -> None:
         os.environ.pop(name, None)
     else:
         os.environ[name] = value
+
+
+# The project's defaults, in the processes runner starts too (joblib and submitit workers compose there).
+store_project_defaults(active_project())

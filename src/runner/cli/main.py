@@ -14,6 +14,7 @@ commands:
   doctor   the debugging checklist's 8 checks on what train would build, writing nothing:
            python -m runner doctor [key=value ...] [--json]
   lr_find  learning-rate range test: python -m runner lr_find [key=value ...]
+  init     a new project folder (your model, data and configs): python -m runner init NAME
   verify-resume  whether the setup resumes exactly (trained, SIGKILLed, resumed, compared):
            python -m runner verify-resume [--steps N] [key=value ...]
 
@@ -28,6 +29,7 @@ COMMANDS = {  # command: (module, function); imported only when run, so --help s
     "doctor": ("runner.cli.tools", "main_doctor"),
     "lr_find": ("runner.cli.tools", "main_lr_find"),
     "verify-resume": ("runner.cli.verify", "main_verify_resume"),
+    "init": ("runner.cli.init", "main_init"),
 }
 
 
@@ -49,6 +51,9 @@ def main(arguments: list[str] | None = None) -> None:
 
     try:
         check_process_environment()
+        from runner.cli.project import enter
+
+        enter()  # the project this folder lies in: its code, configs and default options
     except UserError as error:
         exit_with(error)
     try:

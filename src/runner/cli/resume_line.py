@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.cli.arguments import CommandLine, parse_overrides, reapplied, resumed, value_text
+from runner.cli.config_folder_hint import check_same_project, folder_hint
 from runner.cli.hydra_app import options_of
 from runner.config.errors import ConfigError
+from runner.config.project import active_project
 from runner.config.trust import check_named, interpolations_in, is_live_interpolation, one_line, targets_in
 
 if TYPE_CHECKING:  # importing it loads torch: the run does that only once Hydra has composed
@@ -28,6 +30,8 @@ def with_resume(command_line: CommandLine, trusted: set[str]) -> tuple[CommandLi
 
     found = locate_checkpoint(value_text(request), Path.cwd() / "outputs")
     check_writable(found.run_dir, value_text(request))
+    project = active_project()
+    check_same_project(found.run_dir, value_text(request), project.conf if project is not None else None)
     original = original_overrides(found.run_dir)
     check_stored_overrides(original, command_line, found.run_dir, trusted)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
@@ -77,10 +81,11 @@ def check_stored_overrides(
         # Hydra builds its callbacks before runner sees the config).
         package = (override.package or "").removeprefix("_global_").lstrip(".")
         if key.startswith("hydra") or package.startswith("hydra") or unknown_option or selects_file:
+            hint = folder_hint(run_dir, group, str(chosen[0])) if unknown_option and not selects_file else ""
             raise ConfigError(
                 f"resume={run_dir}: {record} holds {override.input_line}, which runner does not re-apply "
                 "from a run directory (it names Hydra settings or a config file outside the config "
-                "folders); give it on this command line if you mean it"
+                f"folders){hint or '; give it on this command line if you mean it'}"
             )
         live = [(inner, text) for inner, text in interpolations_in(value, key) if is_live_interpolation(text)]
         if live:  # an escaped one (\${...}) is a plain string here: check_config_from_file sees it built

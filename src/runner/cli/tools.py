@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
-from runner.cli.hydra_app import CONFIG_DIR, check_command_line, run_hydra
+from runner.cli.hydra_app import check_command_line, config_folders, run_hydra
 from runner.config.checks import check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import RunConfig
@@ -36,7 +36,8 @@ config stored in the checkpoint; with ema, the averaged weights are evaluated. W
   split=val|test       which split (default val)
   device=...           where to evaluate (default auto: cuda, else mps, else cpu)
   allow_targets=A,B    _target_s of your own code the stored config may build (runner's own are
-                       always allowed); your code must be importable (PYTHONPATH)
+                       always allowed, and in a project those its config folder names); your code
+                       must be importable (a project's is; else PYTHONPATH)
 """
 REPORT_HELP = """usage: python -m runner report DIR
 
@@ -54,6 +55,7 @@ a plain checkpoint's keys (model_state_dict with whole tensors, optimizer_state_
   DIR            a sharded checkpoint folder, or a run directory
   --output FILE  where to write (default <run dir>/consolidated/<name>.pt); an existing file is kept
 """
+LR_FIND_RANGE = {"--min-lr": 1e-6, "--max-lr": 10.0, "--steps": 100}  # lr_find's flags, their defaults
 LR_FIND_DIR = "hydra.run.dir=outputs/lr_find/${now:%Y-%m-%d}/${now:%H-%M-%S}-${unique_suffix:}"
 
 
@@ -82,7 +84,8 @@ def main_eval(arguments: list[str]) -> None:
         if split not in SPLITS:
             raise ConfigError(f"split={split} is not allowed; split must be one of {', '.join(SPLITS)}")
         allowed = {target for target in options.get("allow_targets", "").split(",") if target}
-        trusted = folder_targets(CONFIG_DIR) | allowed
+        # runner's own, and in a project those its config folder names (the user's own code).
+        trusted = set().union(*(folder_targets(folder) for folder in config_folders(None))) | allowed
         if not options["ckpt"]:
             raise ConfigError("ckpt= names nothing; give a checkpoint file or a run directory")
         checkpoint = checkpoint_to_evaluate(Path(options["ckpt"]))
@@ -216,16 +219,18 @@ def main_doctor(arguments: list[str]) -> None:
     run_hydra(lambda cfg: doctor_task(cfg, as_json), command_line.without("--json").plus(*WRITE_NOTHING))
 
 
-def lr_find_task(cfg: DictConfig) -> None:
+def lr_find_task(cfg: DictConfig, sweep: dict[str, float]) -> None:
     from runner.checkpoint.durable import WriteError
     from runner.tools.lr_find import find_lr, record
 
     config, prepared = task_setup(cfg, check_fit=True)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    low, high, steps = sweep["--min-lr"], sweep["--max-lr"], int(sweep["--steps"])
     try:  # a refusal that needs the optimizer built (several: optimizers) writes nothing either
         curve = find_lr(
             prepared.parts.model, optimizer_factory(config), prepared.parts.loss_fn, prepared.train_loader,
             prepared.device, prepared.precision, config.clip, target_key=config.data.target_key,
+            min_lr=low, max_lr=high, num_steps=steps,
         )  # fmt: skip
     except UserError as error:
         remove_new_run_dir(run_dir, keep=Path.cwd())
@@ -241,21 +246,50 @@ def lr_find_task(cfg: DictConfig) -> None:
     diverged = (
         f"the loss diverged at lr {curve.diverged_at:.3g}"
         if curve.diverged_at
-        else "no divergence up to lr 10"
+        else f"no divergence up to lr {high:g}"
     )
-    log.info("lr_find: %d steps from lr 1e-06; %s; curve in %s%s", len(curve.lrs), diverged,
+    log.info("lr_find: %d steps from lr %g; %s; curve in %s%s", len(curve.lrs), low, diverged,
              run_dir, f" and {plot}" if plot else " (no plot: matplotlib is not installed)")  # fmt: skip
     if curve.suggestion is None:
         log.warning(
-            "lr_find: the loss never fell clearly; no suggestion (check the setup with runner doctor)"
-        )
+            "lr_find: the loss never fell clearly between lr %g and %g in %d steps; no suggestion: try a "
+            "wider range (--min-lr=%g --max-lr=%g), more steps (--steps=%d) or a larger batch "
+            "(data.batch_size=%d)",
+            low, high, steps, low / 100, high * 10, steps * 3, config.data.batch_size * 4,
+        )  # fmt: skip
         raise SystemExit(1)
     print(f"suggested: optimizer.lr={curve.suggestion:.3g}")
 
 
 def main_lr_find(arguments: list[str]) -> None:
-    """``python -m runner lr_find [overrides]``: curve and plot under outputs/lr_find/."""
-    command_line = checked("lr_find", arguments)
+    """``python -m runner lr_find [overrides] [--min-lr=X] [--max-lr=X] [--steps=N]``: curve and plot
+    under outputs/lr_find/."""
+    command_line = checked("lr_find", arguments, flags=tuple(LR_FIND_RANGE))
+    try:
+        sweep = lr_find_range(command_line)
+    except UserError as error:
+        exit_with(error)
+    command_line = command_line.without(*(a for a in arguments if a.split("=", 1)[0] in LR_FIND_RANGE))
     if command_line.last("hydra.run.dir") is None:
         command_line = command_line.plus(LR_FIND_DIR)
-    run_hydra(lr_find_task, command_line.plus("hydra.job.name=lr_find"))
+    run_hydra(lambda cfg: lr_find_task(cfg, sweep), command_line.plus("hydra.job.name=lr_find"))
+
+
+def lr_find_range(command_line: CommandLine) -> dict[str, float]:
+    """The rates and the number of steps lr_find tries: its defaults, and the flags given."""
+    chosen = dict(LR_FIND_RANGE)
+    for argument in command_line.arguments:
+        name, given, text = argument.partition("=")
+        if name not in LR_FIND_RANGE:
+            continue
+        try:
+            value = int(text) if name == "--steps" else float(text)
+        except ValueError:
+            value = 0
+        if not given or not value > 0 or (name == "--steps" and value < 2):
+            kind = "a whole number >= 2" if name == "--steps" else "a number > 0"
+            raise ConfigError(f"{argument}: {name} takes {kind}, as {name}=VALUE")
+        chosen[name] = value
+    if not chosen["--min-lr"] < chosen["--max-lr"]:
+        raise ConfigError(f"--min-lr={chosen['--min-lr']:g} must be below --max-lr={chosen['--max-lr']:g}")
+    return chosen

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.checkpoint.durable import WriteError
 from runner.checkpoint.locate import Found
+from runner.checkpoint.state import TrainState
 from runner.config.errors import UserError
 from runner.config.schema import RunConfig
 from runner.config.trust import check_config_from_file
@@ -78,7 +79,7 @@ def run_job(cfg: Any, job: Job, invocation: Invocation, build: Callable[..., Any
             earlier = start(cfg, attempt, build)
             if earlier is not None and earlier.finished:
                 return finished_earlier(attempt, earlier)
-            best = run_training(attempt, earlier, build)
+            ended = run_training(attempt, earlier, build)
         except SystemExit as error:
             if not (job.in_sweep and stops_the_sweep(attempt, error)):
                 raise
@@ -98,7 +99,7 @@ def run_job(cfg: Any, job: Job, invocation: Invocation, build: Callable[..., Any
             if not job.in_sweep:
                 raise
             return failed_in_sweep(attempt, error)
-        return finish(attempt, best)
+        return finish(attempt, ended.best_val, final_details(ended))
 
 
 def sweep_stop_of(job: Job, invocation: Invocation) -> SweepStop:
@@ -162,7 +163,7 @@ def finished_earlier(attempt: Attempt, earlier: EarlierJob) -> float | None:
     return value
 
 
-def run_training(attempt: Attempt, earlier: EarlierJob | None, build: Callable[..., Any]) -> float | None:
+def run_training(attempt: Attempt, earlier: EarlierJob | None, build: Callable[..., Any]) -> TrainState:
     """Train: from the checkpoint ``resume=`` names, or the one an earlier run of the sweep left."""
     job, config, found = attempt.job, attempt.config, attempt.invocation.found
     assert config is not None
@@ -181,21 +182,30 @@ def runs_beside_others(job: Job) -> bool:
     return job.in_sweep and not (job.jobs_in_this_process or in_submitit_job() or job.world_size > 1)
 
 
-def finish(attempt: Attempt, best: float | None) -> float | None:
-    """Record how the run ended: ok, or pruned by its search (with the search's objective values)."""
+def final_details(state: TrainState) -> dict[str, Any]:
+    """What ``result.json`` says of a run's end besides its best value: the step of that value and the
+    last validation's metrics."""
+    return {"best_step": state.best_val_step, "final": dict(state.last_val), "step": state.step}
+
+
+def finish(attempt: Attempt, best: float | None, details: dict[str, Any] | None = None) -> float | None:
+    """Record how the run ended: ok, or pruned by its search (with the search's objective values).
+    ``result.json`` names the monitored metric its ``best`` is of."""
     job, config, search = attempt.job, attempt.config, attempt.search
     assert config is not None
     monitor = config.checkpoint.monitor
     value = "n/a (no finite value)" if best is None else f"{best:.4g}"
+    details = {"monitor": monitor, **(details or {})}
     if search is None:
-        record(attempt, "ok", best=best)
+        record(attempt, "ok", best=best, **details)
     else:
         objectives = {**search.objectives(objectives_of_job(job.sweeper, config)), monitor: best}
         if search.pruned_at is not None:
-            record(attempt, "pruned", best=best, pruned_at_step=search.pruned_at, objectives=objectives)
+            record(attempt, "pruned", best=best, pruned_at_step=search.pruned_at, objectives=objectives,
+                   **details)  # fmt: skip
             job_ended("pruned", attempt.seconds(), f"at step {search.pruned_at}; best {monitor} {value}")
             return best
-        record(attempt, "ok", best=best, objectives=objectives)
+        record(attempt, "ok", best=best, objectives=objectives, **details)
     if job.in_sweep:
         job_ended("ok", attempt.seconds(), f"best {monitor} {value}")
     return best

@@ -13,6 +13,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from runner.config.project import user_pythonpath
+
 # What a command line starts torchrun with, and how the printed command names it.
 LAUNCHERS = {("-m", "torch.distributed.run"): "python -m torch.distributed.run", ("torchrun",): "torchrun"}
 
@@ -23,13 +25,16 @@ def resume_command(run_dir: Path) -> str:
     config folders and ``_target_``s this run was given, which a resume takes only from its own
     command line, never from the run directory."""
     resume = ["-m", "runner", "train", f"resume={run_dir}", *given_again(sys.argv[1:])]
+    # The code the run imports, as the user made it importable (a project's runner finds itself).
+    pythonpath = user_pythonpath()
+    environment = f"PYTHONPATH={shlex.quote(pythonpath)} " if pythonpath else ""
     if not os.environ.get("TORCHELASTIC_RUN_ID"):  # set by torchrun for every worker it starts
-        return shlex.join(["python", *resume])
+        return environment + shlex.join(["python", *resume])
     launched = torchrun_options(parent_command_line())
     if launched is None:
         launched = ("torchrun", options_from_environment())
     launcher, options = launched
-    command = " ".join([launcher, shlex.join([*options, *resume])])
+    command = environment + " ".join([launcher, shlex.join([*options, *resume])])
     several_nodes = os.environ.get("WORLD_SIZE", "1") != os.environ.get("LOCAL_WORLD_SIZE", "1")
     return command + (" (on every node, as the run was started)" if several_nodes else "")
 

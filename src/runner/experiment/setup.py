@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from runner.config.closest import unexpected_argument_hint
 from runner.config.errors import ConfigError, show
 from runner.config.schema import RunConfig
 from runner.data.loading import EpochSampler, is_stream, make_loaders
@@ -66,6 +67,7 @@ def build_component(build: Build, key: str, spec: Mapping[str, Any], *args: Any)
             if isinstance(cause, ImportError)
             else ""
         )
+        where += unexpected_argument_hint(key, target, cause)
         raise ConfigError(
             f"{key}._target_={show(spec.get('_target_'))} could not be built ({reason}){where}; "
             f"{key}._target_ must be an importable dotted path to a callable that accepts "

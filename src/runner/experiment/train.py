@@ -99,8 +99,8 @@ def train(
     build: Build,
     resume_from: Found | None = None,
     added_callbacks: dict[str, Any] | None = None,
-) -> float | None:
-    """Run one experiment; return the best value of the monitored metric (what sweepers optimise).
+) -> TrainState:
+    """Run one experiment; return where it ended: its ``best_val`` is what sweepers optimise.
 
     ``resume_from``: a checkpoint already found and loaded. ``added_callbacks``: callbacks by name
     beside the config's (a search's, for its jobs). ``strategy=fsdp`` in a single process runs in a
@@ -115,7 +115,7 @@ def train_in_this_process(
     build: Build,
     resume_from: Found | None = None,
     added_callbacks: dict[str, Any] | None = None,
-) -> float | None:
+) -> TrainState:
     process = from_environment()
     if process.is_main:
         refuse_if_held(run_dir)  # a run still writing there is named before anything is built
@@ -263,7 +263,7 @@ def train_in_this_process(
         if raised is not error:
             raise raised from error
         raise
-    return state.best_val
+    return state
 
 
 def check_not_finished(

@@ -1,0 +1,132 @@
+"""runner from Python, for notebooks and scripts: ``runner.train([...])`` trains as
+``python -m runner train ...`` does, in this process; ``runner.load_model(path)`` returns a run's
+trained model. A mistake the user can fix is raised as ``runner.UserError`` (one line, as the command
+line prints it), never as a Hydra traceback; an error in the user's own code keeps its traceback."""
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.config.errors import ConfigError, UserError
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """How a training ended, as its ``result.json`` records it."""
+
+    run_dir: Path
+    status: str  # ok; failed, or incomplete (stopped by a signal)
+    monitor: str  # the metric best is of (checkpoint.monitor)
+    best: float | None
+    best_step: int | None
+    final: dict[str, float] = field(default_factory=dict)  # the last validation's metrics
+
+
+def train(overrides: Sequence[str] = (), project: str | os.PathLike | None = None) -> TrainResult:
+    """Train once in this process with the command line's config, checks and run directory:
+    ``runner.train(["optimizer.lr=0.01", "trainer.max_epochs=3"])`` is ``python -m runner train
+    optimizer.lr=0.01 trainer.max_epochs=3``. ``project``: the folder of a project (default: the
+    working folder, or any folder above it with a ``pyproject.toml`` holding ``[tool.runner]``)."""
+    arguments = checked_overrides(overrides)
+    from runner.cli.hydra_start import planned_run_dir
+    from runner.cli.train import main_train
+
+    planned_run_dir.clear()
+    with entered(project), command_line_kept():
+        main_train(arguments)
+    if not planned_run_dir:
+        raise ConfigError("runner.train: the run made no run directory")
+    return result_of(planned_run_dir[-1])
+
+
+def load_model(path: str | os.PathLike, device: str = "cpu", allow_targets: Iterable[str] = ()) -> Any:
+    """The trained model of a run directory (its ``best.pt``; without one, its newest checkpoint) or of
+    a checkpoint: built from the config stored with it, its weights loaded, in ``eval()`` mode. As
+    with ``runner eval``, the stored config builds only runner's ``_target_``s, those the project's
+    config folder names, and ``allow_targets``."""
+    import hydra.utils
+
+    from runner.cli.hydra_app import config_folders
+    from runner.config.trust import folder_targets
+    from runner.tools.trained_model import load_trained_model
+
+    with entered(None), raise_errors():
+        trusted = set().union(*(folder_targets(folder) for folder in config_folders(None)))
+        return load_trained_model(Path(path), hydra.utils.instantiate, trusted | set(allow_targets), device)
+
+
+def checked_overrides(overrides: Sequence[str]) -> list[str]:
+    if isinstance(overrides, str) or not all(isinstance(item, str) for item in overrides):
+        raise ConfigError(
+            "runner.train takes a list of overrides as strings, e.g. ['optimizer.lr=0.01']; "
+            f"got {overrides!r}"
+        )
+    sweep = [item for item in overrides if item in ("-m", "--multirun")]
+    if sweep:
+        raise ConfigError(f"{sweep[0]}: runner.train runs one training; sweep with python -m runner train -m")
+    return list(overrides)
+
+
+@contextmanager
+def entered(project: str | os.PathLike | None) -> Iterator[None]:
+    """In the project (its code importable, its configs on Hydra's search path), with its mistakes
+    raised as ``UserError``."""
+    from runner.cli.environment import check_process_environment
+    from runner.cli.project import enter
+
+    with raise_errors():
+        check_process_environment()
+        if project is not None and not Path(project).is_dir():
+            raise ConfigError(f"project={project}: no such folder")
+        enter(Path(project) if project is not None else None)
+        yield
+
+
+@contextmanager
+def raise_errors() -> Iterator[None]:
+    from runner.cli.exits import raise_user_errors
+
+    with raise_user_errors():
+        yield
+
+
+@contextmanager
+def command_line_kept() -> Iterator[None]:
+    """Hydra reads ``sys.argv`` and prints a trimmed traceback without ``HYDRA_FULL_ERROR``: both as
+    they were afterwards, and an error in the user's code raised with its own traceback."""
+    argv, preset = list(sys.argv), os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    finally:
+        sys.argv[:] = argv
+        if preset is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = preset
+
+
+def result_of(run_dir: Path) -> TrainResult:
+    from runner.observe.records import RESULT_FILE
+
+    path = run_dir / RESULT_FILE
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError):
+        result = {}
+    return TrainResult(
+        run_dir=run_dir,
+        status=str(result.get("status", "incomplete")),
+        monitor=str(result.get("monitor", "")),
+        best=result.get("best"),
+        best_step=result.get("best_step"),
+        final=dict(result.get("final", {})),
+    )
+
+
+__all__ = ["TrainResult", "UserError", "load_model", "train"]

@@ -1,0 +1,171 @@
+"""``runner init NAME``: a project folder the user owns. A package with a model and a data set that
+learn, their config groups, a ``pyproject.toml`` that declares the package and runner's settings for
+the project (``[tool.runner]``: how runner finds it from any folder below), a README and a test."""
+
+import keyword
+import re
+from pathlib import Path
+
+from runner.config.errors import ConfigError
+
+PYPROJECT = """[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "{name}"
+version = "0.1.0"
+requires-python = ">=3.10"
+# runner and torch come from the environment runner is installed in.
+dependencies = []
+
+[tool.hatch.build.targets.wheel]
+packages = ["src/{package}"]
+
+# runner finds this table from this folder or any folder below it: the code in src/ is importable and
+# the config groups in conf/ are options beside runner's own, with no PYTHONPATH or hydra.searchpath.
+[tool.runner]
+conf = "conf"
+code = "src"
+# What `python -m runner train` trains here; a command line's model=... or data=... still chooses.
+defaults = {{model = "{package}_net", data = "{package}_data"}}
+
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+"""
+INIT = '''"""{name}: a model and a data set trained with runner."""
+'''
+MODELS = '''"""The project's models: any torch.nn.Module; its arguments are the model config's keys."""
+
+import math
+
+import torch
+from torch import nn
+
+
+class TwoLayerNet(nn.Module):
+    """A hidden ReLU layer: enough to separate XOR, which no linear model can."""
+
+    def __init__(self, input_shape: list[int], num_outputs: int, hidden: int = 16):
+        super().__init__()
+        self.hidden = nn.Linear(math.prod(input_shape), hidden)
+        self.out = nn.Linear(hidden, num_outputs)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.hidden(inputs.flatten(1))))
+'''
+DATA = '''"""The project's data: a function that returns (train, val) data sets (or (train, val, test)); its
+arguments are the data config's dataset keys."""
+
+import torch
+from torch.utils.data import TensorDataset
+
+
+def xor_blobs(num_train: int = 256, num_val: int = 64, seed: int = 0):
+    """Four blobs at the corners of a square; opposite corners share a label."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def draw(num_samples: int) -> TensorDataset:
+        corners = torch.randint(0, 2, (num_samples, 2), generator=generator)
+        inputs = corners.float() * 4 - 2 + 0.5 * torch.randn(num_samples, 2, generator=generator)
+        return TensorDataset(inputs, (corners[:, 0] ^ corners[:, 1]).long())
+
+    return draw(num_train), draw(num_val)
+'''
+MODEL_CONFIG = """# model={package}_net: the model's class and its arguments (the data config describes its
+# items).
+_target_: {package}.models.TwoLayerNet
+input_shape: ${{data.input_shape}}
+num_outputs: ${{data.num_outputs}}
+hidden: 16
+"""
+DATA_CONFIG = """# data={package}_data: runner's typed data settings (batch_size, shuffle, ...), this data
+# set's default loss (its default metrics are accuracy; a regression adds
+# `- override /metrics@_global_.metrics: none`), the function that returns (train, val) and what the
+# model configs read of its items.
+defaults:
+  - base_data
+  - /loss@_global_.loss: cross_entropy
+  - _self_
+
+dataset:
+  _target_: {package}.data.xor_blobs
+  num_train: 256
+  num_val: 64
+input_shape: [2]
+num_outputs: 2
+"""
+TEST = '''"""The project's default experiment trains a few steps, and its trained model loads."""
+
+from pathlib import Path
+
+import runner
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def test_the_default_experiment_trains_and_its_model_loads(tmp_path):
+    result = runner.train(["trainer.max_steps=5", f"hydra.run.dir={{tmp_path / 'run'}}"], project=PROJECT)
+    assert result.status == "ok" and result.best is not None
+    model = runner.load_model(result.run_dir)
+    assert not model.training
+'''
+README = """# {name}
+
+A model and a data set trained with runner. From this folder (or any folder below it):
+
+```
+python -m runner train                  # pyproject.toml's defaults: model={package}_net data={package}_data
+python -m runner train model.hidden=32 optimizer.lr=0.01
+python -m runner train -m optimizer.lr=0.001,0.01,0.1
+python -m runner train resume=latest
+python -m runner eval ckpt=outputs/<date>/<time>-<suffix>
+python -m pytest                        # tests/test_train.py: trains 5 steps
+```
+
+Your own model: a class or function in `src/{package}/` and a file `conf/model/NAME.yaml` naming it
+(`_target_: {package}.models.MyNet` and its arguments); then `python -m runner train model=NAME`.
+Your own data: a function returning `(train, val)` data sets and `conf/data/NAME.yaml` (copy
+`{package}_data.yaml`); then `data=NAME`. From Python: `runner.train([...])`, `runner.load_model(run_dir)`.
+"""
+GITIGNORE = """outputs/
+__pycache__/
+*.egg-info/
+"""
+
+
+def package_name(name: str) -> str:
+    """The Python package a project called ``name`` holds: ``my-lab`` -> ``my_lab``."""
+    package = re.sub(r"\W", "_", name).lower()
+    if not package.isidentifier() or keyword.iskeyword(package) or package.startswith("_"):
+        raise ConfigError(
+            f"init {name}: a project's name is its package's name too: letters, digits, - and _, "
+            "starting with a letter (e.g. runner init lab)"
+        )
+    return package
+
+
+def files_of(name: str, package: str) -> dict[str, str]:
+    texts = {
+        "pyproject.toml": PYPROJECT, "README.md": README, ".gitignore": GITIGNORE,
+        f"src/{package}/__init__.py": INIT, f"src/{package}/models.py": MODELS,
+        f"src/{package}/data.py": DATA, f"conf/model/{package}_net.yaml": MODEL_CONFIG,
+        f"conf/data/{package}_data.yaml": DATA_CONFIG, "tests/test_train.py": TEST,
+    }  # fmt: skip
+    return {path: text.format(name=name, package=package) for path, text in texts.items()}
+
+
+def create_project(folder: Path) -> list[Path]:
+    """Write the project into ``folder``, which must not exist or be empty; the files written."""
+    name = folder.name
+    package = package_name(name)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        what = "a file" if not folder.is_dir() else "a folder that is not empty"
+        raise ConfigError(f"init {folder}: it is {what}; give a new name (runner init NAME)")
+    written = []
+    for relative, text in files_of(name, package).items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written
