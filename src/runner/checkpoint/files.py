@@ -32,30 +32,61 @@ class CheckpointError(UserError):
 CHECKSUM_KEY = "checksum"
 
 
-def _digest(value: Any, hasher: Any) -> None:
+class TooMuchWork(Exception):
+    """A checkpoint whose contents are far more than its file holds (values shared many times over)."""
+
+
+# The work a file's checksum may take, per byte of the file (and a floor for tiny files): each value
+# pickle writes takes at least a byte, a tensor's data its bytes, so only values that the file shares
+# many times over (40 levels of {"a": x, "b": x}: 2**40 values from a few KB) or tensors that view one
+# storage many times over take more.
+WORK_PER_BYTE, WORK_FLOOR = 4, 1 << 20
+
+
+class Budget:
+    """What a walk of a loaded checkpoint may still do: values visited plus bytes hashed."""
+
+    def __init__(self, left: float) -> None:
+        self.left = left
+
+    def spend(self, amount: int) -> None:
+        self.left -= amount
+        if self.left < 0:
+            raise TooMuchWork
+
+
+UNBOUNDED = Budget(float("inf"))  # runner's own payloads, checksummed before they are saved
+
+
+def _digest(value: Any, hasher: Any, budget: Budget) -> None:
     """Feed ``value`` to ``hasher`` in a fixed order: every tensor's dtype, shape and bytes, every
-    other value's type and text."""
+    other value's type and text. Each value and byte is paid for from ``budget`` before it is read."""
+    budget.spend(1)
     if isinstance(value, torch.Tensor):
+        budget.spend(value.numel() * value.element_size())  # before a view of 1 value becomes 10**12
         tensor = value.detach().cpu().contiguous().reshape(-1)
         hasher.update(f"tensor {tensor.dtype} {list(value.shape)};".encode())
         hasher.update(tensor.view(torch.uint8).numpy())
     elif isinstance(value, Mapping):
         hasher.update(f"dict {len(value)};".encode())
         for key, item in value.items():
-            _digest(key, hasher)
-            _digest(item, hasher)
+            _digest(key, hasher, budget)
+            _digest(item, hasher, budget)
     elif isinstance(value, list | tuple):
         hasher.update(f"{type(value).__name__} {len(value)};".encode())
         for item in value:
-            _digest(item, hasher)
+            _digest(item, hasher, budget)
     else:
-        hasher.update(f"{type(value).__name__} {value!r};".encode())
+        text = f"{type(value).__name__} {value!r};"
+        budget.spend(len(text))  # one long string, shared a million times, is hashed a million times
+        hasher.update(text.encode())
 
 
-def checksum(payload: Mapping[str, Any]) -> str:
-    """SHA-256 of a checkpoint's contents, its own ``checksum`` entry left out."""
+def checksum(payload: Mapping[str, Any], budget: Budget = UNBOUNDED) -> str:
+    """SHA-256 of a checkpoint's contents, its own ``checksum`` entry left out; ``TooMuchWork`` where
+    that takes more than ``budget``."""
     hasher = hashlib.sha256()
-    _digest({key: value for key, value in payload.items() if key != CHECKSUM_KEY}, hasher)
+    _digest({key: value for key, value in payload.items() if key != CHECKSUM_KEY}, hasher, budget)
     return f"sha256:{hasher.hexdigest()}"
 
 
@@ -152,12 +183,19 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
             "with every checkpoint), so its contents cannot be checked; use another checkpoint of the run"
         )
     try:
-        computed = checksum(checkpoint)
+        computed = checksum(checkpoint, Budget(WORK_PER_BYTE * path.stat().st_size + WORK_FLOOR))
     except RecursionError:  # runner's own checkpoints nest a few levels; this one was made to be deep
         raise CheckpointError(
             f"checkpoint {path} is corrupted: its contents are nested too deeply for a runner checkpoint; "
             "use another checkpoint of the run"
         ) from None
+    except TooMuchWork:
+        raise CheckpointError(
+            f"checkpoint {path} is not a runner checkpoint: its contents take far more work to check than a "
+            "file of its size holds (values shared many times over); use another checkpoint of the run"
+        ) from None
+    except ValueError as error:  # an integer too long to show as text
+        raise CheckpointError(f"checkpoint {path} is corrupted ({str(error).splitlines()[0]})") from None
     if stored != computed:
         raise CheckpointError(
             f"checkpoint {path} is corrupted: its contents do not match the checksum written with it "

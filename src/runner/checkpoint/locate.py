@@ -6,8 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from runner.checkpoint.files import (
     CHECKPOINT_DIR,
     CheckpointError,
@@ -18,6 +16,7 @@ from runner.checkpoint.files import (
 )
 from runner.config.errors import ConfigError
 from runner.config.job_dirs import numbered
+from runner.config.plain_yaml import UnreadableRecord, read_plain
 
 
 @dataclass(frozen=True)
@@ -115,14 +114,16 @@ def original_overrides(run_dir: Path) -> list[str]:
             f"checkpoints are resumed from <run dir>/{CHECKPOINT_DIR}/"
         )
     try:
-        overrides = yaml.safe_load((record / "overrides.yaml").read_text()) or []
-        hydra_record = (
-            yaml.safe_load((record / "hydra.yaml").read_text()) if (record / "hydra.yaml").is_file() else {}
-        ) or {}
+        overrides = read_plain(record / "overrides.yaml") or []
+        hydra_record = (read_plain(record / "hydra.yaml") if (record / "hydra.yaml").is_file() else {}) or {}
         hydra_overrides = (
             hydra_record["hydra"].get("overrides", {}).get("hydra", []) if "hydra" in hydra_record else []
         )
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError, RecursionError) as error:
+    except UnreadableRecord as error:
+        raise ConfigError(
+            f"resume: {record} cannot be read ({error}); the run directory is damaged"
+        ) from None
+    except (OSError, AttributeError, TypeError) as error:
         raise ConfigError(
             f"resume: {record} cannot be read ({type(error).__name__}); the run directory is damaged"
         ) from None
