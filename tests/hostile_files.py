@@ -89,3 +89,46 @@ def runner_like_study(sweep_dir: Path, study_name: str) -> Path:
         )
     )
     return database
+
+
+# Mutations the fuzzer draws (tests/test_fuzz_files.py, scripts/fuzz_files.py): each takes a file's
+# bytes, or a loaded checkpoint, and a Hypothesis draw.
+
+
+def flip_bits(data: bytes, positions: list[int]) -> bytes:
+    changed = bytearray(data)
+    for position in positions:
+        changed[(position // 8) % len(changed)] ^= 1 << (position % 8)
+    return bytes(changed)
+
+
+def nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def shared_string(length: int, times: int) -> list[str]:
+    """One string of ``length`` characters ``times`` over: pickle stores it once."""
+    text = "x" * length
+    return [text] * times
+
+
+def strided_view(length: int) -> torch.Tensor:
+    """One float viewed ``length`` times (stride 0): 4 bytes on disk, ``4 * length`` once made whole."""
+    return torch.zeros(1).expand(length)
+
+
+# Values put in place of a checkpoint's entry: shared, aliased, deep, out of range or of another kind.
+HOSTILE_VALUES = {
+    "dag": lambda size: shared_dag(min(size, 60)),
+    "deep": lambda size: nested(200 + size * 50),
+    "shared-string": lambda size: shared_string(1000 * size, 10_000 * size),
+    "strided-view": lambda size: strided_view(10 ** min(size + 6, 14)),
+    "negative": lambda size: -size,
+    "huge-int": lambda size: 10 ** (4000 + size * 100),
+    "nan": lambda size: float("nan"),
+    "text": lambda size: "x" * size,
+    "none": lambda size: None,
+}

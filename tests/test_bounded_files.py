@@ -66,7 +66,7 @@ def test_yaml_aliases_in_a_runs_records_are_refused_in_seconds(tmp_path, finishe
     result = run_cli("report", "sweep", cwd=tmp_path, timeout=SECONDS)
     assert result.returncode == 0, result.stderr
     for damaged in ("0/.hydra/overrides.yaml", "1/run.yaml"):
-        assert f"skipping {sweep / damaged}: it holds a YAML alias (*a0)" in result.stderr, result.stderr
+        assert f"skipping sweep/{damaged}: it holds a YAML alias (*a0)" in result.stderr, result.stderr
 
     run_dir = sweep / "0"
     before = snapshot(run_dir)
@@ -98,7 +98,7 @@ def test_report_reads_odd_job_folders_and_event_files_without_a_traceback(tmp_pa
     (TensorBoard's reader cannot open it) and an event file of junk records were tracebacks."""
     sweep = tmp_path / "grid"
     shutil.copytree(finished_run, sweep / "000_seed=0")
-    shutil.copytree(finished_run, Path(bytes(sweep / "bad") + b"\xff".decode("utf-8", "surrogateescape")))
+    shutil.copytree(finished_run, sweep / ("bad" + b"\xff".decode("utf-8", "surrogateescape")))
     (sweep / "000_seed=0" / "events.out.tfevents.1.junk").write_bytes(tf_record(b"\xff\xff\xff\xffjunk"))
     result = run_cli("report", "grid", cwd=tmp_path, timeout=SECONDS)
     assert result.returncode == 0, result.stderr
@@ -110,7 +110,7 @@ def test_report_reads_odd_job_folders_and_event_files_without_a_traceback(tmp_pa
 
 def test_runners_resolvers_given_junk_are_one_line(tmp_path):
     """Hydra resolves ``hydra.sweep.subdir`` when it launches a job: junk there was a traceback."""
-    for value in ("${sweep_job_dir:x}", '${sweep_job_dir:"[1"}', "${sweep_job_dir:${sweep_overrides:1}}"):
+    for value in ("${sweep_job_dir:x}", "${sweep_overrides:1}"):
         result = run_cli("train", "-m", *TINY, "seed=1", f"hydra.sweep.subdir={value}",
                          "hydra.sweep.dir=sweep", cwd=tmp_path, timeout=SECONDS)  # fmt: skip
         refused(result, "hydra.sweep.subdir")
@@ -136,7 +136,8 @@ def test_resume_refuses_a_forged_seed(tmp_path, finished_run, seed):
         checkpoint = torch.load(path, weights_only=True)
         atomic_save({**{k: v for k, v in checkpoint.items() if k != "checksum"}, "seed": seed}, path)
     result = run_cli("train", f"resume={run_dir}", "trainer.max_steps=8", cwd=tmp_path, timeout=SECONDS)
-    refused(result, "seed")
+    refused(result, "no valid checkpoint in")
+    assert "seed (" in result.stderr and "do not hold what runner saves there" in result.stderr
 
 
 @pytest.mark.parametrize("how", ["low-above-high", "attr-not-json", "attr-deep"])

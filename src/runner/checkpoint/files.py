@@ -121,6 +121,13 @@ def wrong_kinds(checkpoint: Mapping[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def out_of_range(checkpoint: Mapping[str, Any]) -> list[str]:
+    """``key (value)`` for each value outside what runner saves there: the seed is one the ``seed``
+    setting allows (numpy refuses others, half-way through a resume)."""
+    seed = checkpoint["seed"]
+    return [] if 0 <= seed < 2**32 else [f"seed ({seed if abs(seed) < 10**12 else 'a huge integer'})"]
+
+
 def looks_like_torch_save(path: Path) -> bool:
     """``torch.save``'s zip archive, or its older pickle format (which starts with a pickle opcode)."""
     with open(path, "rb") as handle:
@@ -201,7 +208,7 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
             f"checkpoint {path} is corrupted: its contents do not match the checksum written with it "
             "(the file changed on disk after it was saved); use another checkpoint of the run"
         )
-    wrong = wrong_kinds(checkpoint)
+    wrong = wrong_kinds(checkpoint) or out_of_range(checkpoint)
     if wrong:
         raise CheckpointError(
             f"checkpoint {path} is not a runner checkpoint: {_listing(wrong)} do not hold what runner "

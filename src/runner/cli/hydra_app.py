@@ -241,6 +241,10 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
         exit_with(ConfigError(composition_error(error)))
     except UserError as error:  # a sweeper's settings (jobs report their own errors)
         exit_with(error)
+    except OmegaConfBaseException as error:  # a launcher resolving Hydra's settings, before the task
+        if started:
+            raise
+        exit_with(ConfigError(resolution_error(error)))
     except (OSError, ValueError) as error:  # Hydra writing its record, or opening the job's log file
         refused = error if isinstance(error, OSError) else refused_write(error)
         if started or refused is None or (refused.filename is None and refused.errno not in REFUSED_WRITES):
@@ -249,6 +253,12 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
     finally:
         logging.getLogger(BASIC_LAUNCHER_LOG).removeFilter(one_line_per_job)
         restore_environment("HYDRA_FULL_ERROR", preset)
+
+
+def resolution_error(error: OmegaConfBaseException) -> str:
+    """``hydra.sweep.subdir: ValueError raised while resolving interpolation: ...`` in one line."""
+    key = getattr(error, "full_key", None)
+    return f"{key + ': ' if key else ''}{str(error).splitlines()[0]}"
 
 
 def help_without_schemas(main: Callable[[], Any]) -> Any:

@@ -85,7 +85,17 @@ def existing_study(storage: Any, name: str) -> optuna.Study | None:
     """The study ``name`` if the storage holds it (with trials or not), else None."""
     if name not in optuna.study.get_all_study_names(storage):
         return None
-    return optuna.load_study(study_name=name, storage=storage)
+    study = optuna.load_study(study_name=name, storage=storage)
+    try:  # Optuna reads each trial's distributions and attributes from JSON the database holds
+        study.get_trials(deepcopy=False)
+    except (ValueError, TypeError, KeyError, RecursionError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ConfigError(
+            f"hydra.sweeper.study_name={name}: the study in {getattr(storage, 'url', storage)} "
+            f"cannot be read ({type(error).__name__}: {reason[:200]}); its database was changed by something "
+            "other than Optuna: give this search another study_name (or hydra.sweep.dir)"
+        ) from None
+    return study
 
 
 def own_trials(study: optuna.Study, sweep_dir: Path, own_only: bool) -> dict[int, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.checkpoint.locate import Found, own_checkpoint
-from runner.config.errors import UserError, show
+from runner.config.errors import ConfigError, UserError, show
 from runner.config.plain_yaml import UnreadableRecord, read_plain
 from runner.config.typed import flatten
 from runner.observe.records import recorded_result
@@ -74,7 +74,10 @@ def earlier_job(run_dir: Path, config: dict[str, Any]) -> EarlierJob | None:
         loaded = readable_record(record)
         if isinstance(loaded, dict):
             recorded = {key: value for key, value in loaded.items() if key != "runtime"}
-    checkpoint = own_checkpoint(run_dir) if recorded is not None else None
+    try:
+        checkpoint = own_checkpoint(run_dir) if recorded is not None else None
+    except ConfigError as error:  # its checkpoints' folder holds what runner would have to replace
+        raise DamagedRecord(str(error)) from None
     if checkpoint is not None:
         recorded = checkpoint.checkpoint["config"]
     if recorded is None:
