@@ -7,6 +7,7 @@ from typing import Any
 
 import optuna
 from omegaconf import OmegaConf
+from sqlalchemy.exc import SQLAlchemyError
 
 from runner.cli.optuna_space import SearchSpace
 from runner.config.errors import ConfigError
@@ -83,12 +84,19 @@ def name_objectives(study: optuna.Study, objectives: list[str]) -> None:
 
 def existing_study(storage: Any, name: str) -> optuna.Study | None:
     """The study ``name`` if the storage holds it (with trials or not), else None."""
-    if name not in optuna.study.get_all_study_names(storage):
-        return None
-    study = optuna.load_study(study_name=name, storage=storage)
     try:  # Optuna reads each trial's distributions and attributes from JSON the database holds
+        if name not in optuna.study.get_all_study_names(storage):
+            return None
+        study = optuna.load_study(study_name=name, storage=storage)
         study.get_trials(deepcopy=False)
-    except (ValueError, TypeError, KeyError, RecursionError) as error:
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        RecursionError,
+        SQLAlchemyError,
+        optuna.exceptions.OptunaError,
+    ) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ConfigError(
             f"hydra.sweeper.study_name={name}: the study in {getattr(storage, 'url', storage)} "
