@@ -176,9 +176,14 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
                 f"and could run code when loaded ({reason.strip()}); runner loads only with "
                 "weights_only=True. Do not load it unless you trust where it came from."
             ) from None
-        raise CheckpointError(f"checkpoint {path} is corrupted ({error})") from None
+        raise CheckpointError(f"checkpoint {path} is corrupted ({str(error).splitlines()[0]})") from None
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as error:
         first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupted ({first_line})") from None
+    except Exception as error:  # a flipped bit in the pickle: the unpickler's stack or memo ends early
+        first_line = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}".rstrip(
+            ": "
+        )
         raise CheckpointError(f"checkpoint {path} is truncated or corrupted ({first_line})") from None
     lacking = [key for key in REQUIRED_KEYS if not isinstance(checkpoint, dict) or key not in checkpoint]
     if lacking:
