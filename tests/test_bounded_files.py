@@ -114,6 +114,7 @@ def test_runners_resolvers_given_junk_are_one_line(tmp_path):
         result = run_cli("train", "-m", *TINY, "seed=1", f"hydra.sweep.subdir={value}",
                          "hydra.sweep.dir=sweep", cwd=tmp_path, timeout=SECONDS)  # fmt: skip
         refused(result, "hydra.sweep.subdir")
+        assert not (tmp_path / "sweep").exists()  # the sweep directory Hydra made for it is gone
 
 
 def test_resume_refuses_a_last_checkpoint_that_is_a_folder_before_training(tmp_path, finished_run):

@@ -24,7 +24,7 @@ import runner.cli.sweep_job_dirs  # noqa: F401  (the resolvers that name a sweep
 from runner.checkpoint.durable import NO_SPACE, REFUSED_WRITES, refused_write
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
-from runner.cli.hydra_start import check_folder_names, planned_run_dir
+from runner.cli.hydra_start import check_folder_names, new_sweep_dir, planned_run_dir
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import DataConfig, RunConfig
@@ -244,6 +244,10 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
     except OmegaConfBaseException as error:  # a launcher resolving Hydra's settings, before the task
         if started:
             raise
+        for sweep_dir in new_sweep_dir:  # made for this sweep, holding only Hydra's record of it
+            if sweep_dir.is_dir() and {path.name for path in sweep_dir.iterdir()} <= {"multirun.yaml"}:
+                (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
+                remove_new_run_dir(sweep_dir, keep=Path.cwd())
         exit_with(ConfigError(resolution_error(error)))
     except (OSError, ValueError) as error:  # Hydra writing its record, or opening the job's log file
         refused = error if isinstance(error, OSError) else refused_write(error)
