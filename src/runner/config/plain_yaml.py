@@ -43,7 +43,10 @@ class _PlainLoader(yaml.SafeLoader):
 def load_plain(text: str) -> Any:
     """``text`` as plain YAML data; ``UnreadableRecord`` where it holds an alias or nests too deeply,
     ``UnreadableRecord`` too for what PyYAML cannot parse."""
-    loader = _PlainLoader(text)
+    try:
+        loader = _PlainLoader(text)  # its reader refuses control characters here already
+    except yaml.YAMLError as error:
+        raise UnreadableRecord(f"it is not YAML ({str(error).splitlines()[0]})") from None
     try:
         return loader.get_single_data()
     except yaml.YAMLError as error:
