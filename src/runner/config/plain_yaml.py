@@ -38,6 +38,8 @@ def load_plain(text: str) -> Any:
                 raise UnreadableRecord(f"it is nested too deeply, more than {MAX_DEPTH} levels")
         return yaml.load(text, Loader=LOADER)
     except yaml.YAMLError as error:
+        if "increasing flow level" in str(error) or "nesting" in str(error):  # libyaml's own limit
+            raise UnreadableRecord(f"it is nested too deeply, more than {MAX_DEPTH} levels") from None
         raise UnreadableRecord(f"it is not YAML ({str(error).splitlines()[0]})") from None
 
 
