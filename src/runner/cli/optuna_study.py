@@ -16,6 +16,9 @@ from runner.observe.records import recorded_result
 from runner.search.study import FIXED_ATTR, JOB_ATTR, SWEEP_ATTR, open_storage
 
 RESULTS_FILE = "optimization_results.yaml"
+# What Optuna raises reading rows it did not write: JSON that is not, a distribution it refuses, a NULL
+# value (its own assert), attributes nested past the recursion limit.
+DAMAGED_STUDY = (ValueError, TypeError, KeyError, AssertionError, AttributeError, RecursionError)
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
@@ -89,14 +92,7 @@ def existing_study(storage: Any, name: str) -> optuna.Study | None:
             return None
         study = optuna.load_study(study_name=name, storage=storage)
         study.get_trials(deepcopy=False)
-    except (
-        ValueError,
-        TypeError,
-        KeyError,
-        RecursionError,
-        SQLAlchemyError,
-        optuna.exceptions.OptunaError,
-    ) as error:
+    except (*DAMAGED_STUDY, SQLAlchemyError, optuna.exceptions.OptunaError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ConfigError(
             f"hydra.sweeper.study_name={name}: the study in {getattr(storage, 'url', storage)} "
