@@ -1138,6 +1138,136 @@ CASES += [
 # ---- end of issue 25, hidden check (rev25) ----
 
 
+# ---- issue 32, items 1, 5, 8 (i32a): bounded work for any file, unreadable records, tracebacks ----------
+# Files whose sharing, aliasing or nesting multiplies the work of whoever walks them; a finished sweep job
+# whose run.yaml is damaged (it needs a look; its result stays); files and values that were tracebacks.
+sys.path.insert(0, str(REPO / "tests"))  # the hostile files the tests and the fuzzer make
+I32_SWEEP = f"train -m seed=1,2 {QUICK}"
+
+
+def i32_shared_checkpoint(dest: Path, ctx: Context) -> None:
+    from hostile_files import shared_config_checkpoint
+
+    shared_config_checkpoint(load_base(ctx), dest)
+
+
+def i32_run_of(change: Callable[[Path, Context], None]) -> Callable[[Path, Context], None]:
+    def build(dest: Path, ctx: Context) -> None:
+        copy_run(dest, ctx)
+        change(dest, ctx)
+
+    return build
+
+
+def i32_all_checkpoints(build: Callable[[Path, Context], None]) -> Callable[[Path, Context], None]:
+    return i32_run_of(lambda dest, ctx: [build(path, ctx) for path in (dest / "checkpoints").glob("*.pt")])
+
+
+def i32_sweep_of(change: Callable[[Path, Context], None]) -> Callable[[Path, Context], None]:
+    """A two-job sweep of copies of the fixture run, ``change`` applied to the sweep's folder."""
+
+    def build(dest: Path, ctx: Context) -> None:
+        for number in (1, 2):
+            copy_run(dest / f"00{number - 1}_seed={number}", ctx)
+        change(dest, ctx)
+
+    return build
+
+
+def i32_finished_sweep(change: Callable[[Path], None]) -> Callable[[Path, Context], None]:
+    """The sweep the case's command runs, finished, then its job 0 changed."""
+
+    def build(dest: Path, ctx: Context) -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", "runner", *shlex.split(I32_SWEEP), f"hydra.sweep.dir={dest}"],
+            cwd=dest.parent, env=environment(), capture_output=True, text=True,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise Skip(f"could not build the sweep: {last_line(done.stderr)}")
+        (job_0,) = [path for path in dest.iterdir() if re.fullmatch(r"0+(_.*)?", path.name)]
+        change(job_0)
+
+    return build
+
+
+def i32_forged_seed(seed: int) -> Callable[[Path, Context], None]:
+    return lambda dest, ctx: save({**load_base(ctx), "seed": seed}, dest)
+
+
+def i32_study(how: str) -> Callable[[Path, Context], None]:
+    def build(dest: Path, ctx: Context) -> None:
+        from hostile_files import runner_like_study, tamper_study
+
+        tamper_study(runner_like_study(dest, "digits_optuna"), how)
+
+    return build
+
+
+def i32_alias_bomb(path: Path, mapping: bool = False) -> None:
+    from hostile_files import alias_bomb, alias_bomb_mapping
+
+    path.write_text(alias_bomb_mapping() if mapping else alias_bomb())
+
+
+def i32_junk_events(dest: Path, ctx: Context) -> None:
+    from runner.observe.events import tf_record
+
+    (dest / "000_seed=1" / "events.out.tfevents.1.junk").write_bytes(tf_record(b"\xff\xff\xff\xffjunk"))
+
+
+FIXTURES.update({
+    "i32_shared.pt": ("shared.pt", i32_shared_checkpoint),
+    "i32_shared_run": ("run", i32_all_checkpoints(i32_shared_checkpoint)),
+    "i32_shared_latest": ("outputs/2026-01-01/00-00-00-beef", i32_all_checkpoints(i32_shared_checkpoint)),
+    "i32_alias_overrides_run": ("run", i32_run_of(
+        lambda d, c: i32_alias_bomb(d / ".hydra" / "overrides.yaml"))),
+    "i32_alias_sweep": ("sweep", i32_sweep_of(lambda d, c: (
+        i32_alias_bomb(d / "000_seed=1" / ".hydra" / "overrides.yaml"),
+        i32_alias_bomb(d / "001_seed=2" / "run.yaml", mapping=True)))),
+    "i32_alias_run_yaml_sweep": ("sweep", i32_finished_sweep(
+        lambda job: i32_alias_bomb(job / "run.yaml", True))),
+    "i32_binary_run_yaml_sweep": ("sweep", i32_finished_sweep(
+        lambda job: (job / "run.yaml").write_bytes(b"\xff\xfe not text \x00"))),
+    "i32_odd_names_sweep": ("grid", i32_sweep_of(lambda d, c: (
+        copy_run(d / "\u00b2", c), copy_run(d / ("bad" + b"\xff".decode("utf-8", "surrogateescape")), c)))),
+    "i32_junk_events_sweep": ("sweep", i32_sweep_of(lambda d, c: i32_junk_events(d, c))),
+    "i32_last_is_folder_run": ("run", i32_run_of(lambda d, c: (
+        (d / "checkpoints" / "last.pt").unlink(), (d / "checkpoints" / "last.pt").mkdir()))),
+    "i32_seed_negative_run": ("run", i32_all_checkpoints(i32_forged_seed(-1))),
+    "i32_seed_huge_run": ("run", i32_all_checkpoints(i32_forged_seed(2**64 + 1))),
+    **{f"i32_study_{how}": ("sweep", i32_study(how))
+       for how in ("low-above-high", "attr-not-json", "attr-deep")},
+})  # fmt: skip
+CASES += [
+    case("i32-eval-shared-values", "eval ckpt=shared.pt", needs=("i32_shared.pt",)),
+    case("i32-consolidate-shared-values", "consolidate shared.pt --output out.pt", needs=("i32_shared.pt",)),
+    case("i32-resume-shared-values", RESUME_RUN, needs=("i32_shared_run",)),
+    case("i32-resume-latest-shared-values", "train resume=latest trainer.max_steps=30",
+         needs=("i32_shared_latest",)),
+    case("i32-resume-alias-overrides", RESUME_RUN, needs=("i32_alias_overrides_run",)),
+    case("i32-report-alias-records", "report sweep", OK, ("i32_alias_sweep",)),
+    case("i32-sweep-continued-alias-run-yaml", f"{I32_SWEEP} hydra.sweep.dir=sweep", OK,
+         ("i32_alias_run_yaml_sweep",)),
+    case("i32-sweep-continued-binary-run-yaml", f"{I32_SWEEP} hydra.sweep.dir=sweep", OK,
+         ("i32_binary_run_yaml_sweep",)),
+    case("i32-report-odd-job-names", "report grid", OK, ("i32_odd_names_sweep",)),
+    case("i32-report-unicode-digit-job", "report grid/\u00b3", needs=("i32_odd_names_sweep",)),
+    case("i32-report-junk-events", "report sweep", OK, ("i32_junk_events_sweep",)),
+    case("i32-resolver-sweep-job-dir-junk",
+         ("train", "-m", "seed=1", "hydra.sweep.subdir=${sweep_job_dir:x}", *shlex.split(QUICK))),
+    case("i32-resolver-sweep-overrides-junk",
+         ("train", "-m", "seed=1", "hydra.sweep.subdir=${sweep_overrides:1}", *shlex.split(QUICK))),
+    case("i32-resolver-unique-suffix-junk",
+         ("train", "hydra.run.dir=out/${unique_suffix:x}", *shlex.split(QUICK))),
+    case("i32-resume-last-is-a-folder", RESUME_RUN, needs=("i32_last_is_folder_run",)),
+    case("i32-resume-seed-negative", RESUME_RUN, needs=("i32_seed_negative_run",)),
+    case("i32-resume-seed-huge", RESUME_RUN, needs=("i32_seed_huge_run",)),
+    *(case(f"i32-search-study-{how}", SEARCH, needs=(f"i32_study_{how}",))
+      for how in ("low-above-high", "attr-not-json", "attr-deep")),
+]  # fmt: skip
+# ---- end of issue 32, items 1, 5, 8 (i32a) ----
+
+
 # Running and judging.
 
 

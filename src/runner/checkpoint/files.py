@@ -32,30 +32,61 @@ class CheckpointError(UserError):
 CHECKSUM_KEY = "checksum"
 
 
-def _digest(value: Any, hasher: Any) -> None:
+class TooMuchWork(Exception):
+    """A checkpoint whose contents are far more than its file holds (values shared many times over)."""
+
+
+# The work a file's checksum may take, per byte of the file (and a floor for tiny files): each value
+# pickle writes takes at least a byte, a tensor's data its bytes, so only values that the file shares
+# many times over (40 levels of {"a": x, "b": x}: 2**40 values from a few KB) or tensors that view one
+# storage many times over take more.
+WORK_PER_BYTE, WORK_FLOOR = 4, 1 << 20
+
+
+class Budget:
+    """What a walk of a loaded checkpoint may still do: values visited plus bytes hashed."""
+
+    def __init__(self, left: float) -> None:
+        self.left = left
+
+    def spend(self, amount: int) -> None:
+        self.left -= amount
+        if self.left < 0:
+            raise TooMuchWork
+
+
+UNBOUNDED = Budget(float("inf"))  # runner's own payloads, checksummed before they are saved
+
+
+def _digest(value: Any, hasher: Any, budget: Budget) -> None:
     """Feed ``value`` to ``hasher`` in a fixed order: every tensor's dtype, shape and bytes, every
-    other value's type and text."""
+    other value's type and text. Each value and byte is paid for from ``budget`` before it is read."""
+    budget.spend(1)
     if isinstance(value, torch.Tensor):
+        budget.spend(value.numel() * value.element_size())  # before a view of 1 value becomes 10**12
         tensor = value.detach().cpu().contiguous().reshape(-1)
         hasher.update(f"tensor {tensor.dtype} {list(value.shape)};".encode())
         hasher.update(tensor.view(torch.uint8).numpy())
     elif isinstance(value, Mapping):
         hasher.update(f"dict {len(value)};".encode())
         for key, item in value.items():
-            _digest(key, hasher)
-            _digest(item, hasher)
+            _digest(key, hasher, budget)
+            _digest(item, hasher, budget)
     elif isinstance(value, list | tuple):
         hasher.update(f"{type(value).__name__} {len(value)};".encode())
         for item in value:
-            _digest(item, hasher)
+            _digest(item, hasher, budget)
     else:
-        hasher.update(f"{type(value).__name__} {value!r};".encode())
+        text = f"{type(value).__name__} {value!r};"
+        budget.spend(len(text))  # one long string, shared a million times, is hashed a million times
+        hasher.update(text.encode())
 
 
-def checksum(payload: Mapping[str, Any]) -> str:
-    """SHA-256 of a checkpoint's contents, its own ``checksum`` entry left out."""
+def checksum(payload: Mapping[str, Any], budget: Budget = UNBOUNDED) -> str:
+    """SHA-256 of a checkpoint's contents, its own ``checksum`` entry left out; ``TooMuchWork`` where
+    that takes more than ``budget``."""
     hasher = hashlib.sha256()
-    _digest({key: value for key, value in payload.items() if key != CHECKSUM_KEY}, hasher)
+    _digest({key: value for key, value in payload.items() if key != CHECKSUM_KEY}, hasher, budget)
     return f"sha256:{hasher.hexdigest()}"
 
 
@@ -88,6 +119,13 @@ def wrong_kinds(checkpoint: Mapping[str, Any]) -> list[str]:
         f"{key} ({type(checkpoint[key]).__name__})" for key, kinds in KINDS.items()
         if not isinstance(checkpoint[key], kinds) or (isinstance(checkpoint[key], bool) and bool not in kinds)
     ]  # fmt: skip
+
+
+def out_of_range(checkpoint: Mapping[str, Any]) -> list[str]:
+    """``key (value)`` for each value outside what runner saves there: the seed is one the ``seed``
+    setting allows (numpy refuses others, half-way through a resume)."""
+    seed = checkpoint["seed"]
+    return [] if 0 <= seed < 2**32 else [f"seed ({seed if abs(seed) < 10**12 else 'a huge integer'})"]
 
 
 def looks_like_torch_save(path: Path) -> bool:
@@ -138,9 +176,14 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
                 f"and could run code when loaded ({reason.strip()}); runner loads only with "
                 "weights_only=True. Do not load it unless you trust where it came from."
             ) from None
-        raise CheckpointError(f"checkpoint {path} is corrupted ({error})") from None
+        raise CheckpointError(f"checkpoint {path} is corrupted ({str(error).splitlines()[0]})") from None
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as error:
         first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupted ({first_line})") from None
+    except Exception as error:  # a flipped bit in the pickle: the unpickler's stack or memo ends early
+        first_line = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}".rstrip(
+            ": "
+        )
         raise CheckpointError(f"checkpoint {path} is truncated or corrupted ({first_line})") from None
     lacking = [key for key in REQUIRED_KEYS if not isinstance(checkpoint, dict) or key not in checkpoint]
     if lacking:
@@ -152,18 +195,25 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
             "with every checkpoint), so its contents cannot be checked; use another checkpoint of the run"
         )
     try:
-        computed = checksum(checkpoint)
+        computed = checksum(checkpoint, Budget(WORK_PER_BYTE * path.stat().st_size + WORK_FLOOR))
     except RecursionError:  # runner's own checkpoints nest a few levels; this one was made to be deep
         raise CheckpointError(
             f"checkpoint {path} is corrupted: its contents are nested too deeply for a runner checkpoint; "
             "use another checkpoint of the run"
         ) from None
+    except TooMuchWork:
+        raise CheckpointError(
+            f"checkpoint {path} is not a runner checkpoint: its contents take far more work to check than a "
+            "file of its size holds (values shared many times over); use another checkpoint of the run"
+        ) from None
+    except ValueError as error:  # an integer too long to show as text
+        raise CheckpointError(f"checkpoint {path} is corrupted ({str(error).splitlines()[0]})") from None
     if stored != computed:
         raise CheckpointError(
             f"checkpoint {path} is corrupted: its contents do not match the checksum written with it "
             "(the file changed on disk after it was saved); use another checkpoint of the run"
         )
-    wrong = wrong_kinds(checkpoint)
+    wrong = wrong_kinds(checkpoint) or out_of_range(checkpoint)
     if wrong:
         raise CheckpointError(
             f"checkpoint {path} is not a runner checkpoint: {_listing(wrong)} do not hold what runner "

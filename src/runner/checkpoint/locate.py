@@ -6,8 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from runner.checkpoint.files import (
     CHECKPOINT_DIR,
     CheckpointError,
@@ -18,6 +16,7 @@ from runner.checkpoint.files import (
 )
 from runner.config.errors import ConfigError
 from runner.config.job_dirs import numbered
+from runner.config.plain_yaml import UnreadableRecord, read_plain
 
 
 @dataclass(frozen=True)
@@ -72,6 +71,28 @@ def checkpoint_to_evaluate(path: Path) -> Path:
 
 
 def locate_checkpoint(request: str, outputs_dir: Path) -> Found:
+    """The checkpoint ``resume=request`` names (``find_checkpoint``), in a run whose checkpoints can be
+    written again."""
+    return names_free(find_checkpoint(request, outputs_dir), f"resume={request}")
+
+
+def names_free(found: Found, key: str) -> Found:
+    """A resumed run replaces its ``last.pt`` and ``best.pt``: where a folder (or a FIFO, a device)
+    holds one of those names, the run is refused before it trains, not when it saves at its end."""
+    for name in SAVED_NAMES:
+        path = found.run_dir / CHECKPOINT_DIR / name
+        if (path.exists() or path.is_symlink()) and not (path.is_file() or is_sharded_folder(path)):
+            raise ConfigError(
+                f"{key}: {path} is not a file, and the resumed run saves its checkpoint there; move it "
+                "away, then resume"
+            )
+    return found
+
+
+SAVED_NAMES = ("last.pt", "best.pt")
+
+
+def find_checkpoint(request: str, outputs_dir: Path) -> Found:
     """``latest`` (newest valid checkpoint of any run under ``outputs_dir``), a run directory (its
     newest valid checkpoint) or a checkpoint file (which must be valid)."""
     if request == "latest":
@@ -115,14 +136,16 @@ def original_overrides(run_dir: Path) -> list[str]:
             f"checkpoints are resumed from <run dir>/{CHECKPOINT_DIR}/"
         )
     try:
-        overrides = yaml.safe_load((record / "overrides.yaml").read_text()) or []
-        hydra_record = (
-            yaml.safe_load((record / "hydra.yaml").read_text()) if (record / "hydra.yaml").is_file() else {}
-        ) or {}
+        overrides = read_plain(record / "overrides.yaml") or []
+        hydra_record = (read_plain(record / "hydra.yaml") if (record / "hydra.yaml").is_file() else {}) or {}
         hydra_overrides = (
             hydra_record["hydra"].get("overrides", {}).get("hydra", []) if "hydra" in hydra_record else []
         )
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError, RecursionError) as error:
+    except UnreadableRecord as error:
+        raise ConfigError(
+            f"resume: {record} cannot be read ({error}); the run directory is damaged"
+        ) from None
+    except (OSError, AttributeError, TypeError) as error:
         raise ConfigError(
             f"resume: {record} cannot be read ({type(error).__name__}); the run directory is damaged"
         ) from None
@@ -138,4 +161,5 @@ def original_overrides(run_dir: Path) -> list[str]:
 def own_checkpoint(run_dir: Path) -> Found | None:
     """``resume=auto``: this run directory's newest valid checkpoint, or None to start afresh. For jobs
     a scheduler reruns in the same directory (a requeued SLURM job, a fixed ``hydra.run.dir``)."""
-    return newest_valid(checkpoint_files(run_dir / CHECKPOINT_DIR), "auto")
+    found = newest_valid(checkpoint_files(run_dir / CHECKPOINT_DIR), "auto")
+    return names_free(found, "resume=auto") if found is not None else None

@@ -1,9 +1,7 @@
 """Hydra, through its public API: where runner's configs live, the schema registered with Hydra's
 ConfigStore, the checks on overrides before Hydra composes, and running a task under ``hydra.main``."""
 
-import contextlib
 import functools
-import io
 import logging
 import os
 import re
@@ -24,7 +22,8 @@ import runner.cli.sweep_job_dirs  # noqa: F401  (the resolvers that name a sweep
 from runner.checkpoint.durable import NO_SPACE, REFUSED_WRITES, refused_write
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
-from runner.cli.hydra_start import check_folder_names, planned_run_dir
+from runner.cli.hydra_help import help_without_schemas
+from runner.cli.hydra_start import check_folder_names, new_sweep_dir, planned_run_dir
 from runner.cli.suggest import closest_argument
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
 from runner.config.errors import ConfigError, UserError
@@ -57,8 +56,6 @@ ConfigStore.instance().store(
 # The logger Hydra's basic launcher (jobs one after another, in this process) logs its lines to; the
 # name is its module's, and nothing of it is imported.
 BASIC_LAUNCHER_LOG = "hydra._internal.core_plugins.basic_launcher"
-# Config store entries that data configs build on, not options.
-SCHEMA_OPTIONS = {"data": {"base_data", "data_schema"}}
 
 
 def group_names() -> set[str]:
@@ -276,6 +273,14 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
         exit_with(ConfigError(composition_error(error, command_line)))
     except UserError as error:  # a sweeper's settings (jobs report their own errors)
         exit_with(error)
+    except OmegaConfBaseException as error:  # a launcher resolving Hydra's settings, before the task
+        if started:
+            raise
+        for sweep_dir in new_sweep_dir:  # made for this sweep, holding only Hydra's record of it
+            if sweep_dir.is_dir() and {path.name for path in sweep_dir.iterdir()} <= {"multirun.yaml"}:
+                (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
+                remove_new_run_dir(sweep_dir, keep=Path.cwd())
+        exit_with(ConfigError(resolution_error(error)))
     except (OSError, ValueError) as error:  # Hydra writing its record, or opening the job's log file
         refused = error if isinstance(error, OSError) else refused_write(error)
         if started or refused is None or (refused.filename is None and refused.errno not in REFUSED_WRITES):
@@ -286,26 +291,10 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
         restore_environment("HYDRA_FULL_ERROR", preset)
 
 
-def help_without_schemas(main: Callable[[], Any]) -> Any:
-    """Hydra's ``--help``, less the typed schemas it lists among the groups' options (``base_data``,
-    which data configs build on: not one to choose). Hydra lists every option its config store holds."""
-    printed = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(printed):
-            return main()
-    finally:
-        hidden = {f"{group}: ": names for group, names in SCHEMA_OPTIONS.items()}
-
-        def listed(line: str) -> str:
-            for start, names in hidden.items():
-                if line.startswith(start):
-                    options = [option for option in line[len(start) :].split(", ") if option not in names]
-                    return start + ", ".join(options)
-            return line
-
-        lines = printed.getvalue().splitlines(True)
-        shown = [line for line in lines if not line.startswith("runner_project: ")]  # a project's defaults
-        sys.stdout.write("".join(listed(line.rstrip("\n")) + "\n" for line in shown))
+def resolution_error(error: OmegaConfBaseException) -> str:
+    """``hydra.sweep.subdir: ValueError raised while resolving interpolation: ...`` in one line."""
+    key = getattr(error, "full_key", None)
+    return f"{key + ': ' if key else ''}{str(error).splitlines()[0]}"
 
 
 def hydra_write_error(error: OSError) -> str:

@@ -21,6 +21,7 @@ from runner.config.errors import ConfigError
 NAME_MAX, PATH_MAX = 255, 4096  # the longest folder name and path most file systems take (bytes)
 # The run directory Hydra is about to make (the last run started in this process).
 planned_run_dir: list[Path] = []
+new_sweep_dir: list[Path] = []  # a sweep directory that did not exist when the sweep started
 # The submitit launchers' (local and Slurm) integer settings and the least each takes; unset (null)
 # where the launcher allows it.
 SUBMITIT_MINIMUMS = {"timeout_min": 1, "nodes": 1, "tasks_per_node": 1, "cpus_per_task": 1,
@@ -76,6 +77,7 @@ class StartChecks(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         planned_run_dir.clear()  # a sweep's job directories are the launcher's to make
         sweep_dir = resolved_dir(config, "hydra.sweep.dir")
+        new_sweep_dir[:] = [] if sweep_dir.exists() else [sweep_dir.absolute()]
         check_launcher(config.hydra.launcher)
         if "JoblibLauncher" in str(config.hydra.launcher.get("_target_", "")):
             worker_stop.watch(sweep_dir)

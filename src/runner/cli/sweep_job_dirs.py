@@ -63,12 +63,26 @@ def sweep_job_dir(command_line: str, *, _root_: Any) -> str:
     found = find_job_dir(Path(str(hydra.sweep.dir)), int(number))
     if found is not None:
         return found.name
-    swept, jobs = sweep_plan(json.loads(command_line), hydra.get("sweeper"))
+    swept, jobs = sweep_plan(overrides_of(command_line), hydra.get("sweeper"))
     own = parsed(str(line) for line in as_written(hydra.overrides.task))
     settings = [
         (o.get_key_element(), o.input_line.partition("=")[2]) for o in own if o.get_key_element() in swept
     ]
     return job_dir_name(int(number), jobs, settings)
+
+
+def overrides_of(command_line: Any) -> list[str]:
+    """``sweep_job_dir``'s argument, checked: a command line given there by hand may be anything."""
+    try:
+        lines = json.loads(command_line) if isinstance(command_line, str) else None
+    except ValueError:
+        lines = None
+    if not (isinstance(lines, list) and all(isinstance(line, str) for line in lines)):
+        raise ValueError(f"sweep_job_dir takes {SUBDIR_ARGUMENT}, not {command_line!r}")
+    return lines
+
+
+SUBDIR_ARGUMENT = "${sweep_overrides:${hydra.overrides.task}}"
 
 
 def sweep_overrides(task: Any) -> str:
@@ -84,6 +98,8 @@ def as_written(lines: Any) -> list:
     is text here, and the run's own check names it if it cannot be resolved."""
     if isinstance(lines, ListConfig):
         return OmegaConf.to_container(lines, resolve=False)
+    if lines is not None and not isinstance(lines, list | tuple):
+        raise ValueError(f"sweep_overrides takes ${{hydra.overrides.task}}, not {lines!r}")
     return list(lines or [])
 
 

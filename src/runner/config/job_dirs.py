@@ -45,7 +45,7 @@ def job_dir_name(number: int, jobs: int, settings: Sequence[tuple[str, str]]) ->
 def job_number(name: str) -> int | None:
     """The job number a job directory's name starts with (``003_optimizer.lr=0.01`` and ``3`` are job
     3); None for any other name."""
-    found = re.fullmatch(r"(\d+)(_.*)?", name, flags=re.DOTALL)
+    found = re.fullmatch(r"([0-9]+)(_.*)?", name, flags=re.DOTALL)  # ASCII: int() takes no "²"
     return int(found[1]) if found else None
 
 
@@ -63,6 +63,6 @@ def find_job_dir(sweep_dir: Path, number: int) -> Path | None:
 def numbered(path: Path) -> Path:
     """``<sweep dir>/3``, as people name a job: the directory of job 3 there, whatever else its name
     holds. Any other path, or one that exists, as it is."""
-    if not path.name.isdigit() or path.exists():
+    if not re.fullmatch(r"[0-9]+", path.name) or path.exists():  # "²".isdigit() is true, int("²") fails
         return path
     return find_job_dir(path.parent, int(path.name)) or path

@@ -41,7 +41,7 @@ from runner.observe.console import (
     sweep_job_console,
 )
 from runner.observe.records import RESULT_FILE, write_result
-from runner.search.continuation import EarlierJob, OtherJobInTheWay, earlier_job
+from runner.search.continuation import DamagedRecord, EarlierJob, OtherJobInTheWay, earlier_job
 from runner.training.distributed import in_submitit_job
 
 if TYPE_CHECKING:  # it imports optuna: only a search's jobs load it
@@ -89,6 +89,8 @@ def run_job(cfg: Any, job: Job, invocation: Invocation, build: Callable[..., Any
             raise
         except NothingToTrain as done:
             return nothing_to_train(attempt, done)
+        except DamagedRecord as error:
+            return needs_a_look(attempt, error)
         except UserError as error:
             if not job.in_sweep:
                 undo_hydra_writes(attempt)
@@ -242,6 +244,14 @@ def nothing_to_train(attempt: Attempt, done: NothingToTrain) -> float | None:
     else:
         print(f"runner: {done}", file=sys.stderr)
     return None
+
+
+def needs_a_look(attempt: Attempt, error: DamagedRecord) -> float:
+    """A sweep job whose earlier run's record cannot be read: not run, its directory as it was (a
+    result that can be read is never replaced by one that says the record could not)."""
+    restore_hydra_record(attempt)
+    on_console_only(logging.WARNING, f"needs a look: {error}")
+    return math.nan
 
 
 def refused_in_sweep(attempt: Attempt, error: UserError) -> float:

@@ -87,7 +87,25 @@ def wall_time_span(path: Path) -> tuple[float, float] | None:
         return None
     if not records:
         return None
+    from google.protobuf.message import DecodeError
     from tensorboard.compat.proto.event_pb2 import Event
 
-    first, last = Event.FromString(records[0]), Event.FromString(records[-1])
+    try:
+        first, last = Event.FromString(records[0]), Event.FromString(records[-1])
+    except DecodeError:  # records, but not of events
+        return None
     return first.wall_time, last.wall_time
+
+
+def holds_only_events(path: Path) -> bool:
+    """Whether every whole record of an event file is an event (TensorBoard's reader raises on one that
+    is not)."""
+    from google.protobuf.message import DecodeError
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    try:
+        for record in read_records(path.read_bytes()):
+            Event.FromString(record)
+    except (OSError, DecodeError):
+        return False
+    return True

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from runner.checkpoint.locate import Found, own_checkpoint
-from runner.config.errors import UserError, show
+from runner.config.errors import ConfigError, UserError, show
+from runner.config.plain_yaml import UnreadableRecord, read_plain
 from runner.config.typed import flatten
 from runner.observe.records import recorded_result
 
@@ -20,6 +19,29 @@ FINISHED = ("ok", "pruned")
 
 class OtherJobInTheWay(UserError):
     """The job directory holds a run with other settings (a sweep directory reused by another command)."""
+
+
+class DamagedRecord(UserError):
+    """The job directory's ``run.yaml`` cannot be read: whether the run there is this job's is unknown,
+    so nothing there is replaced (the job needs a look)."""
+
+
+def readable_record(record: Path) -> Any:
+    """``run.yaml``'s data (None where it is empty, as a full disk leaves it); ``DamagedRecord`` where
+    it cannot be read or holds no mapping."""
+    try:
+        loaded = read_plain(record)
+    except (OSError, UnreadableRecord) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise DamagedRecord(
+            f"{record} cannot be read ({reason}); its checkpoints and result are left as they are"
+        ) from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise DamagedRecord(
+            f"{record} cannot be read (it holds a {type(loaded).__name__}, not a run's record); its "
+            "checkpoints and result are left as they are"
+        )
+    return loaded
 
 
 @dataclass(frozen=True)
@@ -48,11 +70,14 @@ def earlier_job(run_dir: Path, config: dict[str, Any]) -> EarlierJob | None:
     ``config``: this job's settings, which the recorded run must have had."""
     recorded: dict[str, Any] | None = None
     record = run_dir / "run.yaml"
-    if record.is_file():
-        loaded = yaml.safe_load(record.read_text())
+    if record.exists() or record.is_symlink():
+        loaded = readable_record(record)
         if isinstance(loaded, dict):
             recorded = {key: value for key, value in loaded.items() if key != "runtime"}
-    checkpoint = own_checkpoint(run_dir) if recorded is not None else None
+    try:
+        checkpoint = own_checkpoint(run_dir) if recorded is not None else None
+    except ConfigError as error:  # its checkpoints' folder holds what runner would have to replace
+        raise DamagedRecord(str(error)) from None
     if checkpoint is not None:
         recorded = checkpoint.checkpoint["config"]
     if recorded is None:

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from google.protobuf.message import DecodeError
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator, ScalarEvent
 
 from runner.config.job_dirs import job_number
-from runner.observe.events import wall_time_span
+from runner.config.plain_yaml import UnreadableRecord, read_plain
+from runner.observe.events import holds_only_events, wall_time_span
 from runner.observe.hparams import HPARAMS_FILE
 from runner.observe.records import RESULT_FILE, current_tag
 from runner.observe.sweep_hparams import EXPERIMENT_FILE
@@ -61,11 +62,8 @@ def read_yaml(path: Path, kind: type) -> Any:
     if not path.exists() or not plain_file(path):
         return None
     try:
-        content = yaml.safe_load(path.read_text())
-    except RecursionError:  # lists or mappings nested thousands deep: no record runner writes
-        print(f"runner: warning: skipping {path}: it is nested too deeply", file=sys.stderr)
-        return None
-    except (OSError, ValueError, yaml.YAMLError) as error:
+        content = read_plain(path)  # no aliases, bounded nesting: work bounded by the file's size
+    except (OSError, UnreadableRecord) as error:
         print(f"runner: warning: skipping {path}: {str(error).splitlines()[0]}", file=sys.stderr)
         return None
     if content is not None and not isinstance(content, kind):
@@ -118,9 +116,31 @@ def read_scalars(run_dir: Path) -> dict[str, list[ScalarEvent]]:
     # TensorBoard reads every event file of the folder: one that is not a plain file stops them all.
     if not all(plain_file(path) for path in run_dir.glob("events.out.tfevents.*")):
         return {}
+    try:
+        str(run_dir).encode("utf-8")
+    except UnicodeEncodeError:  # TensorBoard's reader takes folder names as UTF-8 text only
+        print(
+            f"runner: warning: skipping the events of {printable(run_dir)}: its name is not UTF-8",
+            file=sys.stderr,
+        )
+        return {}
     accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    accumulator.Reload()
+    try:
+        accumulator.Reload()
+    except DecodeError:  # whole records, with valid checksums, of something else
+        odd = [
+            path.name for path in sorted(run_dir.glob("events.out.tfevents.*")) if not holds_only_events(path)
+        ]
+        print(f"runner: warning: skipping the events of {run_dir}: {', '.join(odd) or 'an event file'} holds "
+              "records that are not events", file=sys.stderr)  # fmt: skip
+        return {}
     return {current_tag(tag): accumulator.Scalars(tag) for tag in accumulator.Tags()["scalars"]}
+
+
+def printable(text: str | Path) -> str:
+    """A file name as UTF-8 text can hold it: bytes that are not UTF-8 (which Python keeps as lone
+    surrogates) as ``\\xff``."""
+    return str(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def read_job(run_dir: Path) -> JobFiles:

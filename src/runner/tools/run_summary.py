@@ -14,6 +14,7 @@ from runner.tools.job_files import (
     JobFiles,
     effective_batch_of,
     find_runs,
+    printable,
     read_job,
     read_yaml,
     wall_seconds_of,
@@ -114,7 +115,9 @@ def summarise_run(job: JobFiles, monitor: str, mode: str) -> RunSummary:
     all_events = [event for events in job.scalars.values() for event in events]
     wall = wall_seconds_of(job)
     return RunSummary(
-        name=str(number) if (number := job_number(job.directory.name)) is not None else job.directory.name,
+        name=str(number)
+        if (number := job_number(job.directory.name)) is not None
+        else printable(job.directory.name),
         overrides=job.overrides,
         status=job.result.get("status", "incomplete"),
         best=best,
