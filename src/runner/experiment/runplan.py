@@ -24,7 +24,7 @@ from runner.training.precision import Precision
 
 WIDTH = 100
 NAME_WIDTH = 16
-UNWRAPPED = {"resumed from", "re-applied", "run dir", "watch"}  # paths, commands, overrides: whole
+UNWRAPPED = {"resumed from", "re-applied", "run dir", "watch", "profile"}  # paths, commands, overrides: whole
 
 
 @dataclass

@@ -18,6 +18,7 @@ from runner.training.phases import Ranges
 
 SHARES = ("data", "compute", "validation", "runner")
 PHASE_SHARE = {"data": "data", "compute": "compute", "validation": "validation"}  # else: runner's
+UNCOUNTED = "step boundary"  # the profiler starting or writing its trace: measuring, not training
 TAG = "vitals/time/{}"
 DOMINANT = 0.5  # a share above this is said to dominate
 RUNNER_ADVICE = 0.05  # runner's own work above this: log less often
@@ -49,7 +50,7 @@ class StepTimes:
         """The time from the last call to now belongs to the phase then current; from now on, to
         ``phase``: data, compute, validation, or runner's own (logging, checkpoint, ...)."""
         now = self.clock()
-        if self.started is not None:
+        if self.started is not None and self.phase != UNCOUNTED:
             share = PHASE_SHARE.get(self.phase, "runner")
             self.since_log[share] += now - self.started
             self.total[share] += now - self.started
@@ -62,7 +63,7 @@ class StepTimes:
         """``windows``, the time spent getting each counted as data; each step boundary announced."""
         iterator = iter(windows)
         while True:
-            self.now_in("runner")  # the step boundary's own calls
+            self.now_in(UNCOUNTED)
             if self.started is not None and self.compute_this_step:
                 self.step_compute.append(self.compute_this_step)
             self.compute_this_step = 0.0
