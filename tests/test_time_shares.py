@@ -1,11 +1,13 @@
 """Where a run's time goes: the shares logged between log steps, the end-of-run line and its advice."""
 
+import csv
 import math
 import os
 
 import pytest
 from conftest import TINY, read_scalars
 
+from runner.tools.report import write_summary
 from runner.training.time_shares import SHARES, StepTimes, summary
 
 TAGS = [f"vitals/time/{name}" for name in SHARES]
@@ -83,3 +85,16 @@ def test_the_end_line_advises_only_where_a_share_dominates(total, said, unsaid):
     line = summary(total, num_workers=2, cpus=8)
     assert said in line
     assert unsaid not in line
+
+
+def test_report_shows_each_jobs_time_shares(train_here):
+    run_dir = train_here(*TINY, *SLOW)
+    write_summary(run_dir)
+    with open(run_dir / "summary.csv", newline="") as handle:
+        (row,) = list(csv.DictReader(handle))
+    shares = {name: float(row[f"time_{name}"]) for name in SHARES}
+    assert math.fsum(shares.values()) == pytest.approx(1.0, abs=1e-5)
+    assert max(shares, key=shares.get) == "data"
+    table = (run_dir / "summary.md").read_text()
+    assert "| time data | time compute | time validation | time runner |" in table
+    assert f"| {100 * shares['data']:.0f}% |" in table
