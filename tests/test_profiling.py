@@ -3,8 +3,10 @@
 import gzip
 import json
 
-from conftest import TINY
+import pytest
+from conftest import TINY, composed
 
+from runner.config.errors import ConfigError
 from runner.training import phases
 
 PHASES = {"data", "forward", "backward", "optimizer", "logging", "checkpoint", "validation"}
@@ -34,3 +36,9 @@ def test_off_by_default_the_phases_are_one_shared_no_op(train_here):
     run_dir = train_here(*TINY)
     assert not (run_dir / "profile").exists()
     assert phases.phase("forward") is phases.NOTHING
+
+
+@pytest.mark.parametrize("steps", ["[7,5]", "[0,2]", "[3]"])
+def test_profile_steps_out_of_order_or_not_a_pair_is_refused_by_name(steps):
+    with pytest.raises(ConfigError, match=r"^profile\.steps=.* is not allowed; profile\.steps must be two "):
+        composed(f"profile.steps={steps}")

@@ -94,7 +94,8 @@ class StepTimes:
 
 
 class NoTimes(StepTimes):
-    """Off: windows pass through untouched and no share is logged (for tools that train a few steps)."""
+    """Off: windows pass through untouched and nothing is timed (the baseline of
+    scripts/bench_time_shares.py: what the shares cost)."""
 
     def now_in(self, phase: str) -> None:
         pass
