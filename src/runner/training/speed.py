@@ -28,7 +28,7 @@ def apply_speed_settings(
     device: torch.device,
     tf32: bool,
     channels_last: bool,
-    compile_model: CompileOptions | None,
+    compile_model: CompileOptions | bool | None,
 ) -> SpeedPlan:
     # What applies on this device, and what was asked for but cannot apply: not CUDA-only settings
     # that are off on a CPU, as they are by default.
@@ -49,6 +49,8 @@ def apply_speed_settings(
     elif channels_last:
         notes.append("channels_last: the model has no conv layers, off")
 
+    if isinstance(compile_model, bool):  # the plain switch: the whole model, with torch's defaults
+        compile_model = CompileOptions("default", None, False, False) if compile_model else None
     delayed = None
     if compile_model is not None:  # in place after a few eager steps: the loop calls the model itself
         delayed = DelayedCompile(model, compile_model)
