@@ -52,10 +52,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--layers", type=int, default=4, help="model.layers (the shipped config's: 4)")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--regional-first", action="store_true", help="start the alternation with it")
     args = parser.parse_args()
     results: dict[str, list[dict[str, float]]] = {name: [] for name in VARIANTS}
     for repeat in range(args.repeats):
-        order = list(VARIANTS) if repeat % 2 == 0 else list(reversed(VARIANTS))
+        order = list(VARIANTS) if (repeat + args.regional_first) % 2 == 0 else list(reversed(VARIANTS))
         for variant in order:
             with tempfile.TemporaryDirectory() as scratch:
                 results[variant].append(one_run(variant, args.layers, args.steps, Path(scratch)))
