@@ -18,6 +18,7 @@ from runner.training.phases import Ranges
 
 SHARES = ("data", "compute", "validation", "runner")
 PHASE_SHARE = {"data": "data", "compute": "compute", "validation": "validation"}  # else: runner's
+STEPS_KEPT = 200  # steps whose compute time is kept: what timing a compile needs, not a whole run's
 UNCOUNTED = "step boundary"  # the profiler starting or writing its trace: measuring, not training
 TAG = "vitals/time/{}"
 DOMINANT = 0.5  # a share above this is said to dominate
@@ -39,7 +40,7 @@ class StepTimes:
     clock: Callable[[], float] = time.perf_counter
     since_log: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SHARES, 0.0))
     total: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SHARES, 0.0))
-    step_compute: list[float] = field(default_factory=list)  # each step's compute seconds
+    step_compute: list[float] = field(default_factory=list)  # the first steps' compute seconds
     at_step: list[Callable[[int], None]] = field(default_factory=list)
     ranges: Ranges = field(default_factory=Ranges)
     phase: str = "runner"
@@ -64,9 +65,7 @@ class StepTimes:
         iterator = iter(windows)
         while True:
             self.now_in(UNCOUNTED)
-            if self.started is not None and self.compute_this_step:
-                self.step_compute.append(self.compute_this_step)
-            self.compute_this_step = 0.0
+            self.end_step()
             for call in self.at_step:
                 call(state.step)
             self.now_in("data")
@@ -87,10 +86,13 @@ class StepTimes:
     def close(self) -> None:
         """The run's clock stops (its last phase counted) and any profiler range open ends."""
         self.now_in("runner")
-        if self.compute_this_step:
-            self.step_compute.append(self.compute_this_step)
-            self.compute_this_step = 0.0
+        self.end_step()
         self.ranges.close()
+
+    def end_step(self) -> None:
+        if self.compute_this_step and len(self.step_compute) < STEPS_KEPT:
+            self.step_compute.append(self.compute_this_step)
+        self.compute_this_step = 0.0
 
 
 class NoTimes(StepTimes):
