@@ -148,8 +148,8 @@ def test_a_file_that_is_no_checkpoint_is_called_that(tmp_path, content):
 
 
 def test_compiled_runs_save_plain_keys():
-    """The loop calls the compiled module; checkpoints save the plain one, so they load with or
-    without compile (compilation itself is lazy: nothing compiles in this test)."""
+    """The model is compiled in place (after the first eager steps): checkpoints save its plain keys,
+    so they load with or without compile (compilation itself is lazy: nothing compiles in this test)."""
     from runner.checkpoint.contents import Stateful, checkpoint_payload
     from runner.training.precision import resolve_precision
     from runner.training.schedules import build_scheduler
@@ -159,8 +159,10 @@ def test_compiled_runs_save_plain_keys():
     plan = apply_speed_settings(
         model, torch.device("cpu"), tf32=True, channels_last=False, compile_model=True
     )
-    assert plan.forward_model is not model
-    assert all(key.startswith("_orig_mod.") for key in plan.forward_model.state_dict())
+    for steps_done in range(4):  # the step boundaries: compiled after 3 eager steps
+        plan.compile(steps_done)
+    assert plan.forward_model is model and plan.compile.compiled_after == 3
+    assert model._compiled_call_impl is not None  # nn.Module.compile's, in place
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = resolve_precision("fp32", torch.device("cpu")).scaler
     scheduler = build_scheduler(optimizer, "none", 1, 0, 0.0, 1, 1.0)
@@ -168,7 +170,9 @@ def test_compiled_runs_save_plain_keys():
     fresh = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     fresh.load_state_dict(payload["model_state_dict"])  # strict, no prefixes
     plan_again = apply_speed_settings(fresh, torch.device("cpu"), True, False, True)
-    plan_again.forward_model._orig_mod.load_state_dict(payload["model_state_dict"])
+    for steps_done in range(4):
+        plan_again.compile(steps_done)
+    plan_again.forward_model.load_state_dict(payload["model_state_dict"])
 
 
 def test_the_periodic_file_just_written_is_never_pruned(tmp_path):

@@ -9,7 +9,8 @@ from conftest import TINY, read_scalars, run_cli
 pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
 
 TRAIN_TAGS = {
-    "train/loss", "train/grad_norm", "train/grad_norm_clipped", "train/lr", "vitals/samples_per_sec"
+    "train/loss", "train/grad_norm", "train/grad_norm_clipped", "train/lr", "vitals/samples_per_sec",
+    "vitals/time/data", "vitals/time/compute", "vitals/time/validation", "vitals/time/runner",
 }  # fmt: skip
 
 

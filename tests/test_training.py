@@ -194,6 +194,7 @@ def test_a_finished_run_logs_every_tag(train_here):
         "train/grad_norm_clipped",
         "train/lr",
         "vitals/samples_per_sec",
+        *(f"vitals/time/{share}" for share in ("data", "compute", "validation", "runner")),
     }
     assert set(scalars) == train_tags | {"val/loss", "val/acc", "val/loss_best"}
     assert [step for step, _ in scalars["train/loss"]] == [1, 2, 3, 4]

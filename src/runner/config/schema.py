@@ -107,6 +107,24 @@ class FsdpConfig:
     wrap: list[str] | None = setting(None, rule=CLASS_NAMES)
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+PROFILE_STEPS = Rule(
+    "two optimizer steps [first, last] with 1 <= first <= last, such as [5, 7], or null (no profile)",
+    lambda v: (
+        v is None
+        or (isinstance(v, list | tuple) and len(v) == 2 and all(is_int(x) for x in v) and 1 <= v[0] <= v[1])
+    ),
+)
+
+
+@dataclass
+class ProfileConfig:
+    # torch.profiler records these optimizer steps into the run's profile/ folder (a Perfetto trace).
+    steps: list[int] | None = setting(None, rule=PROFILE_STEPS, resume="may_change")
+    # On CUDA, also a memory snapshot of the same steps (for pytorch.org/memory_viz).
+    memory: bool = setting(False, rule=BOOLEAN, resume="may_change")
+
+
 @dataclass
 class RunConfig:
     device: str = setting(
@@ -137,6 +155,12 @@ class RunConfig:
     on_oom: str = setting("split", rule=one_of("split", "raise"), resume="may_change")
     # Speed: torch.compile the model; TF32 matmuls on GPUs that have them; channels-last conv models.
     compile: bool = setting(False, rule=BOOLEAN)
+    # torch.compile's options (training/compiling.py); compile_regional: each repeated block compiled once.
+    compile_mode: str = setting("default", rule=one_of(*COMPILE_MODES), resume="may_change")
+    compile_dynamic: bool | None = setting(None, rule=OPTIONAL_BOOLEAN, resume="may_change")
+    compile_fullgraph: bool = setting(False, rule=BOOLEAN, resume="may_change")
+    compile_regional: bool = setting(False, rule=BOOLEAN, resume="may_change")
+    profile: ProfileConfig = setting(ProfileConfig)
     tf32: bool = setting(True, rule=BOOLEAN)
     channels_last: bool = setting(False, rule=BOOLEAN)
     # With several processes (torchrun, submitit tasks): a whole model per process (ddp), or each

@@ -8,7 +8,7 @@ ends with one line naming the file that could not be written and the last good c
 import logging
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.checkpoint.durable import WriteError
@@ -16,6 +16,7 @@ from runner.checkpoint.policy import Checkpointer
 from runner.checkpoint.state import TrainState
 from runner.config.errors import UserError
 from runner.experiment.relaunch import resume_command
+from runner.experiment.watch import RunWatch, watch_of
 from runner.observe.writer import MetricLogger
 from runner.training.callbacks import Callbacks
 from runner.training.distributed import any_process
@@ -25,6 +26,7 @@ from runner.training.schedules import Schedule
 from runner.training.signals import GracefulStop
 from runner.training.step import Learner
 
+__all__ = ["WRITE_FAILED", "Run", "RunStop", "resume_advice", "watch_of"]  # watch_of: for train.py
 log = logging.getLogger("runner")
 WRITE_FAILED = 1 << 16  # agreed between processes like a signal number, and above every one
 
@@ -58,6 +60,7 @@ class Run:
     callbacks: Callbacks
     logger: MetricLogger
     checkpointer: Checkpointer
+    watch: RunWatch = field(default_factory=RunWatch)  # time shares, profile, compile time (watch.py)
 
     def to_the_end(
         self, state: TrainState, at_the_end: Callable[[TrainState], None]
@@ -66,9 +69,10 @@ class Run:
         try:
             with GracefulStop() as stop:  # also covers the last save: a second Ctrl-C aborts it
                 hooks = Hooks(self.logger, self.checkpointer, RunStop(stop, self.logger, self.checkpointer),
-                              self.callbacks)  # fmt: skip
+                              self.callbacks, self.watch.times)  # fmt: skip
                 try:
                     state = fit(self.learner, self.schedule, self.loaders, self.settings, hooks, state)
+                    self.watch.end(state, self.logger, getattr(self.loaders.train, "num_workers", None))
                 except (WriteError, OutOfMemoryStop):
                     with suppress(Exception):  # the state of the step boundary it stopped at, if it can
                         self.checkpointer.save_last(state)
@@ -85,6 +89,7 @@ class Run:
         already on its way (``already``): that one is reported, and another one logged."""
         try:
             try:
+                self.watch.close()
                 self.checkpointer.close()
             finally:
                 self.logger.close()

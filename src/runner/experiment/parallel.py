@@ -11,6 +11,7 @@ from torch import nn
 
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
+from runner.training.compiling import compile_options, compiled_now
 from runner.training.distributed import ProcessInfo
 
 
@@ -54,7 +55,7 @@ def spread_model(
         shard(model, blocks, precision_used)
         dtype = ", bf16 compute, fp32 weights and reduction" if precision_used == "bf16" else ""
         notes["strategy"] = f"fsdp (FSDP2): {units}, over {process.world_size} process(es){dtype}"
-        compiled = torch.compile(model) if config.compile else model
+        compiled = compiled_now(model, compile_options(config))
         return Spread(compiled, lambda: no_gradient_sync(model), notes)
     if process.distributed and config.optimizers:  # a step the model writes: manual_step.py averages
         for tensor in [*model.parameters(), *model.buffers()]:  # rank 0's start, as DDP's
@@ -69,5 +70,5 @@ def spread_model(
 
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         notes["strategy"] = f"ddp: a whole copy of the model on each of {process.world_size} processes"
-        return Spread(torch.compile(ddp) if config.compile else ddp, ddp.no_sync, notes)
+        return Spread(compiled_now(ddp, compile_options(config)), ddp.no_sync, notes)
     return Spread(forward_model, nullcontext, notes)

@@ -18,6 +18,7 @@ import torch
 from runner.config.errors import show
 from runner.config.schema import CheckpointConfig, RunConfig
 from runner.data.loading import is_stream
+from runner.experiment.profiling import profile_plan
 from runner.training.batches import ModelLoss
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision
@@ -25,7 +26,7 @@ from runner.training.reduction import sums_its_loss
 
 WIDTH = 100
 NAME_WIDTH = 16
-UNWRAPPED = {"resumed from", "re-applied", "run dir", "watch"}  # paths, commands, overrides: whole
+UNWRAPPED = {"resumed from", "re-applied", "run dir", "watch", "profile"}  # paths, commands, overrides: whole
 
 
 @dataclass
@@ -234,6 +235,7 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
         ("clip", f"max grad norm {config.clip:g}, after backward" if config.clip else "off (norms logged)"),
         ("checkpoints", checkpoint_plan(config.checkpoint, config.strategy == "fsdp")),
         *([("speed", "; ".join(built.speed_notes))] if built.speed_notes else []),
+        *([("profile", text)] if (text := profile_plan(config.profile, built.run_dir, built.device)) else []),
         *([("resumed from", built.resumed_from)] if built.resumed_from else []),
         *([("re-applied", packed(built.reapplied, WIDTH - NAME_WIDTH - 3))] if built.reapplied else []),
         ("run dir", str(built.run_dir)),

@@ -23,7 +23,7 @@ from runner.config.errors import UserError
 from runner.config.schema import RunConfig
 from runner.config.typed import as_dict
 from runner.data.loading import SamplerOrder, StreamPosition, batches_per_epoch
-from runner.experiment.finish import Run, resume_advice
+from runner.experiment.finish import Run, resume_advice, watch_of
 from runner.experiment.lock import refuse_if_held, run_dir_lock
 from runner.experiment.parallel import spread_model
 from runner.experiment.relaunch import resume_command
@@ -44,13 +44,12 @@ from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
 from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job, process_group_of_one
-from runner.training.engine import LoopSettings
 from runner.training.epochs import Loaders, start_with_checked_batch
 from runner.training.fit_check import check_fit
 from runner.training.metrics import check_metrics_fit_loss, unshifted_accuracy_warning
-from runner.training.plan import planned_steps, steps_per_epoch
+from runner.training.plan import LoopSettings, planned_steps, steps_per_epoch
 from runner.training.seeding import draw_seed
-from runner.training.speed import apply_speed_settings
+from runner.training.speed import apply_speed_settings, compile_options
 from runner.training.step import Learner
 
 log = logging.getLogger("runner")
@@ -133,7 +132,7 @@ def train_in_this_process(
     prepared = prepare(config, build, seed, process)
     device, precision, parts = prepared.device, prepared.precision, prepared.parts
     model = parts.model
-    compile_alone = config.compile and not process.distributed and config.strategy == "ddp"
+    compile_alone = compile_options(config) if not process.distributed and config.strategy == "ddp" else None
     speed = apply_speed_settings(model, device, config.tf32, config.channels_last, compile_alone)
     spread = spread_model(config, model, speed.forward_model, device, precision.used, process)
     optimizer = build_optimizer(build, config, model)  # after sharding: on the shards
@@ -244,7 +243,8 @@ def train_in_this_process(
                     record.end(ok=True)
                     refresh_sweep_experiment(run_dir)
 
-            run = Run(learner, schedule, loaders, settings, callbacks, logger, checkpointer)
+            run = Run(learner, schedule, loaders, settings, callbacks, logger, checkpointer,
+                      watch_of(config, run_dir, speed, device, process))  # fmt: skip
             state, last, stop = run.to_the_end(state, record_end)
             run.close()
             report_end(state, checkpointer, last, run_dir, process)

@@ -60,6 +60,19 @@ class RunSummary:
     pruned_at: int | None = None  # the step a search's pruner stopped it at
     objectives: dict[str, float] = field(default_factory=dict)  # a search's values of this job
     on_pareto_front: bool = False
+    time_shares: dict[str, float] = field(default_factory=dict)  # data, compute, validation, runner
+
+
+TIME_SHARES = ("data", "compute", "validation", "runner")  # logged as vitals/time/<share>
+
+
+def time_shares_of(scalars: dict[str, list[ScalarEvent]]) -> dict[str, float]:
+    """The run's time shares: each ``vitals/time/*`` averaged over its log steps (the intervals between
+    log steps are of equal steps); empty for a run that logged none (before runner measured them)."""
+    series = {name: scalars.get(f"vitals/time/{name}", []) for name in TIME_SHARES}
+    if not all(series.values()):
+        return {}
+    return {name: sum(event.value for event in events) / len(events) for name, events in series.items()}
 
 
 @dataclass
@@ -129,6 +142,7 @@ def summarise_run(job: JobFiles, monitor: str, mode: str) -> RunSummary:
         curve=curve,
         pruned_at=pruned if isinstance(pruned := job.result.get("pruned_at_step"), int) else None,
         objectives=finite_values(job.result.get("objectives")),
+        time_shares=time_shares_of(job.scalars),
     )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runner.tools.run_summary import RunSummary, Sweep, rounded, significant
+from runner.tools.run_summary import TIME_SHARES, RunSummary, Sweep, rounded, significant
 
 
 def shown_value(value: Any) -> str:
@@ -50,6 +50,7 @@ def columns(sweep: Sweep) -> list[Column]:
     if any("train/loss" in run.finals for run in sweep.runs):
         tags.append("train/loss")
     pruned = any(run.pruned_at is not None for run in sweep.runs)
+    timed = TIME_SHARES if any(run.time_shares for run in sweep.runs) else ()
     return [
         Column("job", "job", lambda run: run.name),
         Column("status", "status", lambda run: run.status, shown=status_text),
@@ -75,7 +76,14 @@ def columns(sweep: Sweep) -> list[Column]:
         *(Column(f"final_{column_name(t)}", f"final {t}", lambda run, t=t: run.finals.get(t)) for t in tags),
         Column("steps", "steps", lambda run: run.steps),
         Column("wall_seconds", "wall seconds", lambda run: run.wall_seconds),
-    ]
+        *(Column(f"time_{name}", f"time {name}", lambda run, name=name: run.time_shares.get(name),
+                 shown=lambda run, name=name: percent(run.time_shares.get(name))) for name in timed),
+    ]  # fmt: skip
+
+
+def percent(share: float | None) -> str | None:
+    """A time share for people: ``81%``."""
+    return None if share is None else f"{100 * share:.0f}%"
 
 
 def status_text(run: RunSummary) -> str:

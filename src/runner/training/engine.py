@@ -38,6 +38,7 @@ from runner.training.step import (
     mean_over_processes,
     train_step,
 )
+from runner.training.time_shares import StepTimes
 from runner.training.validation import evaluate, improves
 
 log = logging.getLogger("runner")
@@ -58,6 +59,7 @@ class Hooks:
     checkpointer: Checkpointer = field(default_factory=NoCheckpoints)
     stop: StopFlag | None = None
     callbacks: Callbacks = field(default_factory=Callbacks)
+    times: StepTimes = field(default_factory=StepTimes)  # the time shares, and the profiler's phases
 
 
 def step_scalars(
@@ -161,6 +163,7 @@ def fit(
         if validated_at_step == state.step:
             return None
         validated_at_step = state.step
+        hooks.times.now_in("validation")
         improved = validate(
             learner, loaders.val, settings, state, hooks, progress, schedule, context, on_cadence
         )
@@ -202,6 +205,7 @@ def fit(
                 windows = read_ahead(windows, loaders.stream_position)
             else:
                 windows = ((window, False) for window in windows)
+            windows = hooks.times.waiting(windows, state)  # the wait for data, timed
             for window, stream_ended in windows:
                 epoch_had_batches = True
                 result = step_within_memory(  # the window as it fits in memory (oom.py)
@@ -227,6 +231,7 @@ def fit(
                     now = time.perf_counter()  # after the read above: on a GPU it waits for the step
                     scalars[SAMPLES_PER_SEC] = samples_since_log / max(now - last_log_time, 1e-9)
                     samples_since_log, last_log_time = 0, now
+                    scalars.update(hooks.times.shares())  # vitals/time/*; from here on, runner's own work
                     if learner.device.type == "cuda":  # this process's peak so far
                         scalars[MAX_MEMORY_ALLOCATED] = (
                             torch.cuda.max_memory_allocated(learner.device) / 2**30
@@ -235,6 +240,7 @@ def fit(
                     hooks.logger.log_scalars(state.step, scalars)
                     progress.update(state.step, scalars)
                     context.metrics.update(scalars)
+                    hooks.times.now_in("compute")
                 if step_callbacks:
                     context.batch, context.outputs = result.last_batch, detached(result.last_outputs)
                     hooks.callbacks.call("on_step_end", context)
@@ -249,6 +255,7 @@ def fit(
                 )
                 # Saves come after everything this step changes (schedulers, callbacks): every file of one
                 # moment holds the same state.
+                hooks.times.now_in("checkpoint")
                 if improved is not None:
                     hooks.checkpointer.after_validation(state, improved)
                 if epoch_ended:

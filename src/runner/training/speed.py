@@ -1,10 +1,14 @@
 """Speed settings that matter on GPUs and are safe everywhere: each one either applies or says in
 the run plan why it does not."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from runner.training.compiling import EAGER_STEPS, CompileOptions, DelayedCompile, compile_options
+
+__all__ = ["SpeedPlan", "apply_speed_settings", "compile_options"]
 
 
 @dataclass
@@ -12,6 +16,7 @@ class SpeedPlan:
     forward_model: nn.Module  # what the loop calls; checkpoints always save the plain module
     channels_last: bool  # convert image batches to channels-last memory format
     notes: list[str]
+    compile: DelayedCompile | None = field(default=None)  # called at each step boundary (compiling.py)
 
 
 def has_conv(model: nn.Module) -> bool:
@@ -19,7 +24,11 @@ def has_conv(model: nn.Module) -> bool:
 
 
 def apply_speed_settings(
-    model: nn.Module, device: torch.device, tf32: bool, channels_last: bool, compile_model: bool
+    model: nn.Module,
+    device: torch.device,
+    tf32: bool,
+    channels_last: bool,
+    compile_model: CompileOptions | bool | None,
 ) -> SpeedPlan:
     # What applies on this device, and what was asked for but cannot apply: not CUDA-only settings
     # that are off on a CPU, as they are by default.
@@ -40,8 +49,13 @@ def apply_speed_settings(
     elif channels_last:
         notes.append("channels_last: the model has no conv layers, off")
 
-    forward_model = model
-    if compile_model:
-        forward_model = torch.compile(model)
-        notes.append("torch.compile (the first steps compile)")
-    return SpeedPlan(forward_model, use_channels_last, notes)
+    if isinstance(compile_model, bool):  # the plain switch: the whole model, with torch's defaults
+        compile_model = CompileOptions("default", None, False, False) if compile_model else None
+    delayed = None
+    if compile_model is not None:  # in place after a few eager steps: the loop calls the model itself
+        delayed = DelayedCompile(model, compile_model)
+        notes.append(
+            f"{compile_model.described()} after {EAGER_STEPS} eager steps that time it; compile time "
+            "and steady step time in the log"
+        )
+    return SpeedPlan(model, use_channels_last, notes, delayed)

@@ -16,6 +16,7 @@ from torch import nn
 
 from runner.training.batches import count_samples, forward, items_in_outputs, loss_items, to_device
 from runner.training.distributed import sum_across_processes
+from runner.training.phases import phase
 from runner.training.precision import Precision
 from runner.training.reduction import sums_its_loss
 
@@ -114,7 +115,7 @@ def train_step(
         batch = to_device(batch, learner.device, learner.channels_last)
         last_micro_batch = index == len(window) - 1
         with nullcontext() if last_micro_batch else learner.skip_grad_sync():
-            with precision.autocast():
+            with precision.autocast(), phase("forward"):  # a named range while profiling (phases.py)
                 result = forward(model, batch, learner.loss_fn, learner.target_key)
             loss, told = result.loss, items_in_outputs(result.outputs)
             # Outputs (an LM's logits) kept past the micro-batch only when asked: they cost memory.
@@ -141,7 +142,8 @@ def train_step(
                 weighted_loss = loss if alone else loss * (said[-1].float() / reference)
             else:
                 weighted_loss = loss * shares[index] if shares[index] != 1.0 else loss
-            precision.scaler.scale(weighted_loss).backward()
+            with phase("backward"):
+                precision.scaler.scale(weighted_loss).backward()
         losses.append(loss.detach())
         weighted_losses.append(weighted_loss.detach())
 
@@ -162,7 +164,8 @@ def train_step(
     # as loss scaling does too.
     applied = not check_finite or bool(torch.isfinite(grad_norm_before_clip))
     if applied or precision.scaler.is_enabled():
-        precision.scaler.step(optimizer)  # under loss scaling it sees an overflow and skips the step
+        with phase("optimizer"):
+            precision.scaler.step(optimizer)  # under loss scaling it sees an overflow and skips the step
         precision.scaler.update()
     optimizer.zero_grad(set_to_none=True)
     # This process's mean over its window's items (the log step averages it over every process's items).
