@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from runner.checkpoint.durable import atomic_write
+from runner.checkpoint.ranges import out_of_range
 from runner.checkpoint.state import saved_keys, saved_kinds
 from runner.config.errors import UserError
 
@@ -163,7 +164,7 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
             f"checkpoint {path} is corrupted: its contents do not match the checksum written with it "
             "(the file changed on disk after it was saved); use another checkpoint of the run"
         )
-    wrong = wrong_kinds(checkpoint)
+    wrong = wrong_kinds(checkpoint) or out_of_range(checkpoint)
     if wrong:
         raise CheckpointError(
             f"checkpoint {path} is not a runner checkpoint: {_listing(wrong)} do not hold what runner "

@@ -13,8 +13,11 @@ from typing import Any
 import torch
 
 import runner
-from runner.training.batches import BatchError, ModelLoss, describe, forward, to_device
+from runner.checkpoint.contents import check_loadable
+from runner.checkpoint.files import CheckpointError
+from runner.training.batches import BatchError, ModelLoss, describe, forward, items_in_outputs, to_device
 from runner.training.carried import NoCarriedState, carried_state_of
+from runner.training.item_counts import ItemCountError
 from runner.training.modes import evaluation_mode
 
 # Code that is not the user's: the standard library, installed packages, runner itself.
@@ -76,8 +79,12 @@ def check_fit(
 
     try:
         with evaluation_mode(model), torch.no_grad(), autocast():
-            forward(model, to_device(batch, device), checked_loss, target_key)
-    except BatchError:
+            result = forward(model, to_device(batch, device), checked_loss, target_key)
+            if isinstance(loss_fn, ModelLoss):  # its count, on any device: read once, here
+                items_in_outputs(result.outputs, read_device=True)
+        if kept is not None:  # as checkpoints will save it, after a batch: before the run writes
+            check_loadable(carried.state_dict(), "the model's carried_state (carried_state_dict)")
+    except (BatchError, ItemCountError, CheckpointError):  # one line already, naming what met what
         raise
     except Exception as error:
         if raised_in_user_code(error):
