@@ -58,7 +58,8 @@ def guard_sweep_dir(config: DictConfig, sweep_dir: Path) -> None:
         return
     given = given_value(config, "hydra.sweep.dir")
     try:
-        check_not_start_folder(sweep_dir, "hydra.sweep.dir", given)
+        if not (sweep_dir / "multirun.yaml").is_file():  # a sweep there already may be continued
+            check_not_start_folder(sweep_dir, "hydra.sweep.dir", given)
         check_sweep_folder(sweep_dir, f"hydra.sweep.dir={given}")
     except UserError as error:
         exit_with(error)

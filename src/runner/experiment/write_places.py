@@ -22,6 +22,14 @@ def entries(folder: Path) -> list[Path]:
         return []
 
 
+def shown(path: Path) -> str:
+    """``path`` as the user would name it: relative to the current folder where it lies inside."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except (ValueError, OSError):
+        return str(path)
+
+
 def refuse_link(path: Path, given: str) -> None:
     if path.is_symlink():
         try:
@@ -29,7 +37,7 @@ def refuse_link(path: Path, given: str) -> None:
         except OSError:
             target = "?"
         raise ConfigError(
-            f"{given}: {path} is a link (to {target}); runner writes into the folder asked for, never "
+            f"{given}: {shown(path)} is a link (to {target}); runner writes into the folder asked for, never "
             "through a link out of it: remove the link, or choose another folder"
         )
 
@@ -38,12 +46,14 @@ def check_run_folder(run_dir: Path, given: str) -> None:
     """No link among a run folder's entries or in its ``.hydra/``; the run folder and its ``.hydra`` are
     folders, if they exist at all."""
     if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"{given}: {run_dir} is a file, not a folder; choose a folder for the run")
+        raise ConfigError(f"{given}: {shown(run_dir)} is a file, not a folder; choose a folder for the run")
     for path in entries(run_dir):
         refuse_link(path, given)
     record = run_dir / HYDRA_RECORD_DIR
     if record.exists() and not record.is_dir():
-        raise ConfigError(f"{given}: {record} is a file where Hydra keeps its record (a folder); remove it")
+        raise ConfigError(
+            f"{given}: {shown(record)} is a file where Hydra keeps its record (a folder); remove it"
+        )
     for path in entries(record):
         refuse_link(path, given)
 
@@ -52,19 +62,21 @@ def check_sweep_folder(sweep_dir: Path, given: str) -> None:
     """No link in a sweep folder, nor in its jobs' folders; no file where a job's folder goes; not a
     run's folder (the sweep's summary would describe that run)."""
     if sweep_dir.exists() and not sweep_dir.is_dir():
-        raise ConfigError(f"{given}: {sweep_dir} is a file, not a folder; choose a folder for the sweep")
+        raise ConfigError(
+            f"{given}: {shown(sweep_dir)} is a file, not a folder; choose a folder for the sweep"
+        )
     found = [name for name in run_files_in(sweep_dir) if not name.startswith(EVENTS_PREFIX)]  # its HParams
     if found:
         raise ConfigError(
-            f"{given}: {sweep_dir} holds a run ({', '.join(found[:3])}), not a sweep; give the sweep a "
-            "folder of its own (hydra.sweep.dir=NEW_DIR), or leave hydra.sweep.dir out"
+            f"{given}: {shown(sweep_dir)} holds a run ({', '.join(found[:3])}), not a sweep; give the sweep "
+            "a folder of its own (hydra.sweep.dir=NEW_DIR), or leave hydra.sweep.dir out"
         )
     for path in entries(sweep_dir):
         refuse_link(path, given)
         if job_number(path.name) is not None and not path.is_dir():
             raise ConfigError(
-                f"{given}: {path} is a file where job {job_number(path.name)}'s folder goes; remove it, or "
-                "choose another folder for the sweep"
+                f"{given}: {shown(path)} is a file where job {job_number(path.name)}'s folder goes; remove "
+                "it, or choose another folder for the sweep"
             )
         if path.is_dir() and job_number(path.name) is not None:
             check_run_folder(path, given)
