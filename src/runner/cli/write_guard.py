@@ -16,6 +16,9 @@ from runner.experiment.undo import remove_new_run_dir
 from runner.experiment.write_places import check_not_start_folder, check_run_folder, check_sweep_folder
 
 WRITING_COMMANDS = ("train", "lr_find")  # doctor writes nothing
+# The folders lock_folder made, each with the folder above it that existed: one still empty at the end
+# (a sweep its sweeper refused) is removed, so a refused command leaves nothing behind.
+MADE: list[tuple[Path, Path]] = []
 
 
 def given_value(config: DictConfig, key: str) -> str:
@@ -34,6 +37,8 @@ def lock_folder(folder: Path) -> None:
     nearest = next(above for above in (folder, *folder.parents) if above.exists())
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        if nearest != folder:
+            MADE.append((folder, nearest))
         hold(folder)
     except RunDirBusy as error:
         exit_with(error)
@@ -67,5 +72,13 @@ def guard_sweep_dir(config: DictConfig, sweep_dir: Path) -> None:
 
 
 def release_folders() -> None:
-    """At the command's end, however it ends."""
+    """At the command's end, however it ends: the locks released, the folders made for nothing removed."""
     release_held()
+    for folder, nearest in MADE:
+        while folder != nearest and nearest in folder.parents:
+            try:
+                folder.rmdir()  # only an empty one
+            except OSError:
+                break
+            folder = folder.parent
+    MADE.clear()
