@@ -6,6 +6,7 @@ from the folder runner reads. In this process where the process is not the point
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -30,11 +31,18 @@ def refused_here(capsys, run, says: str) -> str:
     return lines[-1]
 
 
-@pytest.fixture
-def finished(tmp_path) -> Path:
-    run_dir = tmp_path / "finished"
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A finished run, trained once per module through the command line (in this process)."""
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
     main_train([*TINY, f"hydra.run.dir={run_dir}"])
     return run_dir
+
+
+@pytest.fixture
+def finished(trained, tmp_path) -> Path:
+    """A copy of it, the test's own."""
+    return Path(shutil.copytree(trained, tmp_path / "finished"))
 
 
 def link(path: Path, target: str) -> None:
