@@ -27,7 +27,7 @@ def given_value(config: DictConfig, key: str) -> str:
 
 
 def is_rank_zero() -> bool:
-    """Rank 0 alone writes a run's folder (torchrun's other ranks run Hydra too)."""
+    """Rank 0 alone writes a run's folder and holds its lock (torchrun's other ranks run Hydra too)."""
     return os.environ.get("RANK", "0") == "0"
 
 
@@ -47,20 +47,19 @@ def lock_folder(folder: Path) -> None:
 
 
 def guard_run_dir(config: DictConfig, run_dir: Path) -> None:
-    if config.hydra.job.name not in WRITING_COMMANDS or not is_rank_zero():
+    if config.hydra.job.name not in WRITING_COMMANDS:
         return
     given = given_value(config, "hydra.run.dir")
     try:
         check_not_start_folder(run_dir, "hydra.run.dir", given)
         check_run_folder(run_dir, f"hydra.run.dir={given}")
-    except UserError as error:
+    except UserError as error:  # every rank alike
         exit_with(error)
-    lock_folder(run_dir)
+    if is_rank_zero():
+        lock_folder(run_dir)
 
 
 def guard_sweep_dir(config: DictConfig, sweep_dir: Path) -> None:
-    if not is_rank_zero():
-        return
     given = given_value(config, "hydra.sweep.dir")
     try:
         if not (sweep_dir / "multirun.yaml").is_file():  # a sweep there already may be continued
@@ -68,7 +67,8 @@ def guard_sweep_dir(config: DictConfig, sweep_dir: Path) -> None:
         check_sweep_folder(sweep_dir, f"hydra.sweep.dir={given}")
     except UserError as error:
         exit_with(error)
-    lock_folder(sweep_dir)
+    if is_rank_zero():
+        lock_folder(sweep_dir)
 
 
 def release_folders() -> None:
