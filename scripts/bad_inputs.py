@@ -1268,6 +1268,130 @@ CASES += [
 # ---- end of issue 32, items 1, 5, 8 (i32a) ----
 
 
+# ---- issue 32, items 2, 3, 4, 6, 7 (i32b): links, the start folder, one lock, ranges, imports ----
+# A link or a file planted where runner or Hydra writes; a folder another live process holds; values
+# out of range (settings, a checkpoint's counters, a model's count, a sampler's index); a module
+# planted in the folder runner is started in. Every one refused in one line, before anything is written.
+def linked(name: str, target: str, make: tuple[str, ...] = ()) -> Callable[[Path, Context], None]:
+    """A folder holding ``name``, a link to ``target`` (``make``: folders beside it made first)."""
+
+    def build(dest: Path, ctx: Context) -> None:
+        for folder in make:
+            (dest.parent / folder).mkdir(parents=True, exist_ok=True)
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        (dest / name).symlink_to(target)
+
+    return build
+
+
+def held_by_init(dest: Path, ctx: Context) -> None:
+    """A folder whose lock names a live process of this host (pid 1) that started before it."""
+    dest.mkdir()
+    holder = {"pid": 1, "host": os.uname().nodename, "since": time.time(), "job": None}
+    (dest / ".lock").write_text(json.dumps(holder))
+
+
+def out_of_range(**values: Any) -> Callable[[Path, Context], None]:
+    return lambda dest, ctx: save({**load_base(ctx), **values}, dest)
+
+
+def module(text: str) -> Callable[[Path, Context], None]:
+    """A Python module in the working directory ({marker}: the marker file's path)."""
+    return lambda dest, ctx: dest.write_text(text.format(marker=ctx.marker))
+
+
+TOUCH_MARKER = "import pathlib\npathlib.Path({marker!r}).touch()\n"
+BAD_PLUGINS = """
+import math
+
+import torch
+from torch import nn
+from torch.utils.data import Sampler
+
+
+class MinusOne(Sampler):
+    def __init__(self, data_source):
+        self.size = len(data_source)
+
+    def __len__(self):
+        return self.size
+
+    def __iter__(self):
+        return iter([-1, *range(1, self.size)])
+
+
+class SaysCount(nn.Module):
+    def __init__(self, count, input_shape, num_outputs, **_):
+        super().__init__()
+        self.count, self.net = count, nn.Linear(math.prod(input_shape), num_outputs)
+
+    def forward(self, inputs, targets):
+        logits = self.net(inputs.flatten(1))
+        loss = nn.functional.cross_entropy(logits, targets)
+        return {{"loss": loss, "logits": logits, "num_items_in_batch": torch.tensor(self.count)}}
+"""
+FIXTURES.update({
+    "linked_job_sweep": ("sweep", linked("000_seed=0", "../victim", make=("victim",))),
+    "file_job_sweep": ("sweep", lambda dest, ctx: (dest.mkdir(), (dest / "001_seed=1").write_text("mine\n"))),
+    "linked_multirun_sweep": ("sweep", linked("multirun.yaml", "../notes.txt")),
+    "linked_record_run": ("linked", linked(".hydra/config.yaml", "../../notes.txt")),
+    "linked_log_run": ("linked", linked("train.log", "../notes.txt")),
+    "notes.txt": ("notes.txt", lambda dest, ctx: dest.write_text("the user's own\n")),
+    "busy_folder": ("busy", held_by_init),
+    "step_negative.pt": ("step_negative.pt", out_of_range(global_step=-5)),
+    "best_nan.pt": ("best_nan.pt", out_of_range(best_val=float("nan"))),
+    "best_nan_run": ("run", lambda dest, ctx: (copy_run(dest, ctx), out_of_range(best_val=float("nan"))(
+        dest / "checkpoints" / "last.pt", ctx))),
+    "seed_negative.pt": ("seed_negative.pt", out_of_range(seed=-1)),
+    "world_size_0.pt": ("world_size_0.pt", out_of_range(world_size=0)),
+    "planted_modules": ("matplotlib.py", lambda dest, ctx: [
+        (dest.parent / f"{name}.py").write_text(TOUCH_MARKER.format(marker=str(ctx.marker)))
+        for name in ("matplotlib", "yaml", "tomllib", "pandas")]),
+    "bad_plugins.py": ("bad_plugins.py", module(BAD_PLUGINS)),
+})  # fmt: skip
+WITH_PLUGINS = (("PYTHONPATH", f"{REPO / 'src'}{os.pathsep}."),)  # the working directory, named
+SWEEP_2 = f"train -m {QUICK} seed=0,1"
+OWN_COUNT = f"train {QUICK} model._target_=bad_plugins.SaysCount loss=from_model"
+CASES += [
+    case("i32b-sweep-job-folder-a-link", f"{SWEEP_2} hydra.sweep.dir=sweep", needs=("linked_job_sweep",)),
+    case("i32b-sweep-job-folder-a-file", f"{SWEEP_2} hydra.sweep.dir=sweep", needs=("file_job_sweep",)),
+    case("i32b-sweep-multirun-yaml-a-link", f"{SWEEP_2} hydra.sweep.dir=sweep",
+         needs=("notes.txt", "linked_multirun_sweep")),
+    case("i32b-run-record-a-link", f"train {QUICK} hydra.run.dir=linked",
+         needs=("notes.txt", "linked_record_run")),
+    case("i32b-run-log-a-link", f"train {QUICK} hydra.run.dir=linked", needs=("notes.txt", "linked_log_run")),
+    case("i32b-run-dir-the-start-folder", f"train {QUICK} hydra.run.dir=.", needs=("notes.txt",)),
+    case("i32b-sweep-dir-the-start-folder", f"{SWEEP_2} hydra.sweep.dir=.", needs=("notes.txt",)),
+    case("i32b-sweep-into-a-run", f"{SWEEP_2} hydra.sweep.dir=run", needs=("run",)),
+    case("i32b-lr-find-into-a-run", "lr_find hydra.run.dir=run", needs=("run",)),
+    case("i32b-train-into-a-held-folder", f"train {QUICK} hydra.run.dir=busy", needs=("busy_folder",)),
+    case("i32b-sweep-into-a-held-folder", f"{SWEEP_2} hydra.sweep.dir=busy", needs=("busy_folder",)),
+    case("i32b-nan-early-stopping-min-delta",
+         f"train {QUICK} callbacks=early_stopping callbacks.early_stopping.min_delta=nan"),
+    case("i32b-nan-plateau-factor", f"train {QUICK} scheduler=plateau scheduler.factor=nan"),
+    case("i32b-nan-ema-decay", f"train {QUICK} callbacks=ema callbacks.ema.decay=nan"),
+    case("i32b-monitor-accuracy-on-a-regression",
+         f"train {QUICK} data=regression checkpoint.monitor=val/acc checkpoint.mode=max"),
+    case("i32b-eval-global-step-negative", "eval ckpt=step_negative.pt", needs=("step_negative.pt",)),
+    case("i32b-eval-best-val-nan", "eval ckpt=best_nan.pt", needs=("best_nan.pt",)),
+    case("i32b-resume-best-val-nan", "train resume=run/checkpoints/last.pt trainer.max_steps=30",
+         needs=("best_nan_run",)),
+    case("i32b-eval-seed-negative", "eval ckpt=seed_negative.pt", needs=("seed_negative.pt",)),
+    case("i32b-eval-world-size-0", "eval ckpt=world_size_0.pt", needs=("world_size_0.pt",)),
+    case("i32b-sampler-index-minus-one", f"train {QUICK} 'data.sampler={{_target_: bad_plugins.MinusOne}}'",
+         needs=("bad_plugins.py",), env=WITH_PLUGINS),
+    *(case(f"i32b-num-items-in-batch-{count}", f"{OWN_COUNT} +model.count={count}", needs=("bad_plugins.py",),
+           env=WITH_PLUGINS) for count in ("-3", "1e30")),
+    # 0 on every batch: refused at the first validation (one batch of padding alone may say 0), once the
+    # run has begun.
+    case("i32b-num-items-in-batch-0", f"{OWN_COUNT} +model.count=0", needs=("bad_plugins.py",),
+         env=WITH_PLUGINS, writes_ok=True),
+    case("i32b-report-with-planted-modules", "report run", OK, needs=("run", "planted_modules")),
+    case("i32b-eval-with-planted-modules", "eval ckpt=run", OK_NO_WRITE, needs=("run", "planted_modules")),
+]  # fmt: skip
+# ---- end of issue 32 (i32b) ----
+
+
 # Running and judging.
 
 

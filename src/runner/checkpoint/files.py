@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from runner.checkpoint.durable import atomic_write
+from runner.checkpoint.ranges import out_of_range
 from runner.checkpoint.state import saved_keys, saved_kinds
 from runner.config.errors import UserError
 
@@ -119,13 +120,6 @@ def wrong_kinds(checkpoint: Mapping[str, Any]) -> list[str]:
         f"{key} ({type(checkpoint[key]).__name__})" for key, kinds in KINDS.items()
         if not isinstance(checkpoint[key], kinds) or (isinstance(checkpoint[key], bool) and bool not in kinds)
     ]  # fmt: skip
-
-
-def out_of_range(checkpoint: Mapping[str, Any]) -> list[str]:
-    """``key (value)`` for each value outside what runner saves there: the seed is one the ``seed``
-    setting allows (numpy refuses others, half-way through a resume)."""
-    seed = checkpoint["seed"]
-    return [] if 0 <= seed < 2**32 else [f"seed ({seed if abs(seed) < 10**12 else 'a huge integer'})"]
 
 
 def looks_like_torch_save(path: Path) -> bool:

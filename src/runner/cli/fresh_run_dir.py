@@ -47,10 +47,11 @@ class NewRunDir(Callback):
     first run's record is kept too."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if config.hydra.job.name != "train" or config.get("resume") is not None:
+        command = config.hydra.job.name
+        if command not in ("train", "lr_find") or (command == "train" and config.get("resume") is not None):
             return
         run_dir = str(config.hydra.run.dir)
-        try:
-            refuse_existing_run(Path(run_dir), f"hydra.run.dir={run_dir}")
+        try:  # under the folder's lock (write_guard), taken by the callback before this one
+            refuse_existing_run(Path(run_dir), f"hydra.run.dir={run_dir}", command)
         except ConfigError as error:  # Hydra turns a callback's exception into a warning, not SystemExit
             exit_with(error)

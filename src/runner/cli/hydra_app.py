@@ -25,6 +25,7 @@ from runner.cli.exits import exit_with
 from runner.cli.hydra_help import help_without_schemas
 from runner.cli.hydra_start import check_folder_names, new_sweep_dir, planned_run_dir
 from runner.cli.suggest import closest_argument
+from runner.cli.write_guard import release_folders
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.project import Project, active_project
@@ -287,6 +288,7 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
             raise
         exit_with(ConfigError(hydra_write_error(refused)))
     finally:
+        release_folders()
         logging.getLogger(BASIC_LAUNCHER_LOG).removeFilter(one_line_per_job)
         restore_environment("HYDRA_FULL_ERROR", preset)
 

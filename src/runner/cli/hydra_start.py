@@ -16,6 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner.cli import worker_stop
 from runner.cli.exits import exit_with
+from runner.cli.write_guard import guard_run_dir, guard_sweep_dir
 from runner.config.errors import ConfigError
 
 NAME_MAX, PATH_MAX = 255, 4096  # the longest folder name and path most file systems take (bytes)
@@ -73,11 +74,13 @@ def check_launcher(launcher: Any) -> None:
 class StartChecks(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         planned_run_dir[:] = [resolved_dir(config, "hydra.run.dir").absolute()]
+        guard_run_dir(config, planned_run_dir[0])
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         planned_run_dir.clear()  # a sweep's job directories are the launcher's to make
         sweep_dir = resolved_dir(config, "hydra.sweep.dir")
         new_sweep_dir[:] = [] if sweep_dir.exists() else [sweep_dir.absolute()]
         check_launcher(config.hydra.launcher)
+        guard_sweep_dir(config, sweep_dir.absolute())
         if "JoblibLauncher" in str(config.hydra.launcher.get("_target_", "")):
             worker_stop.watch(sweep_dir)

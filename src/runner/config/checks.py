@@ -5,6 +5,7 @@ Each check names the key, the value given and what is allowed, in one line.
 """
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -45,11 +46,39 @@ def check_integer_size(key: str, value: Any) -> None:
         )
 
 
+def nan_inside(key: str, value: Any) -> str | None:
+    """The key of the first NaN in ``value`` (nested lists and mappings too)."""
+    if isinstance(value, float) and math.isnan(value):
+        return key
+    if isinstance(value, Mapping):
+        inside = ((f"{key}.{name}", item) for name, item in value.items())
+    elif isinstance(value, list | tuple):
+        inside = ((key, item) for item in value)
+    else:
+        return None
+    return next((found for at, item in inside if (found := nan_inside(at, item)) is not None), None)
+
+
+def check_not_nan(key: str, value: Any) -> None:
+    """No NaN anywhere, the open ``_target_`` mappings' arguments too (``scheduler.factor``,
+    ``callbacks.early_stopping.min_delta``): every comparison with NaN is false, so a threshold, a factor
+    or a bound of NaN silently turns its mechanism off. A setting that takes NaN says so in its rule."""
+    at = nan_inside(key, value)
+    declared = SETTINGS.get(at) if at is not None else None
+    if at is None or (declared is not None and declared.rule is not None and declared.rule.accepts(math.nan)):
+        return
+    raise ConfigError(
+        f"{at}=nan is not allowed; {at} must be a number (NaN compares false with everything, so it would "
+        "silently turn off what it sets)"
+    )
+
+
 def check_value(key: str, value: Any) -> None:
     check_integer_size(key, value)
     declared = SETTINGS.get(key)
     if declared is not None and declared.rule is not None and not declared.rule.accepts(value):
         raise ConfigError(f"{key}={show(value)} is not allowed; {key} must be {declared.rule.allowed}")
+    check_not_nan(key, value)
 
 
 def check_top_level_key(
@@ -117,6 +146,8 @@ def validate_config(config: RunConfig) -> None:
         value = value_at(config, key)
         if value is not ABSENT:
             check_value(key, value)
+    for key, value in dataclasses.asdict(config).items():
+        check_not_nan(key, value)
 
     if config.trainer.max_steps is None and config.trainer.max_epochs is None:
         raise ConfigError(

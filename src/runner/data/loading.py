@@ -65,9 +65,12 @@ class SamplerOrder(EpochSampler):
     ``state_dict``, else its ``generator``'s state), all tensors and numbers: a resumed run finishes
     the epoch in the same order and draws the next ones as the uninterrupted run would."""
 
-    def __init__(self, sampler: Sampler[int], rank: int = 0, world_size: int = 1) -> None:
-        super().__init__(len(sampler), shuffle=False, seed=0, rank=rank, world_size=world_size)
+    def __init__(
+        self, sampler: Sampler[int], rank: int = 0, world_size: int = 1, samples: int | None = None
+    ) -> None:
+        super().__init__(sampler_length(sampler), shuffle=False, seed=0, rank=rank, world_size=world_size)
         self.sampler = sampler
+        self.samples = samples  # the data set's: every index is below it
         self.order: list[int] = []
         self.order_epoch: int | None = None  # the epoch ``order`` was drawn for
 
@@ -76,7 +79,7 @@ class SamplerOrder(EpochSampler):
         if self.order_epoch != self.epoch:
             if hasattr(self.sampler, "set_epoch"):  # DistributedSampler's protocol: an order per epoch
                 self.sampler.set_epoch(self.epoch)
-            order = [sample_index(index, self.sampler, self.epoch) for index in self.sampler]
+            order = [sample_index(index, self.sampler, self.epoch, self.samples) for index in self.sampler]
             if len(order) != self.dataset_size:
                 raise UserError(
                     f"data.sampler ({type(self.sampler).__name__}) gave {len(order)} indices in epoch "
@@ -99,18 +102,47 @@ class SamplerOrder(EpochSampler):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.order, self.order_epoch = state["order"].tolist(), state["epoch"]
+        order = state["order"].tolist()
+        outside = [i for i in order if not 0 <= i < (self.samples or self.dataset_size)][:1]
+        drawn = state["epoch"] is not None  # else none was drawn yet: the order is empty
+        if (drawn and len(order) != self.dataset_size) or outside:
+            raise UserError(
+                f"the checkpoint's sampler_state_dict holds an order of {len(order)} indices"
+                + (f" with {outside[0]}" if outside else "")
+                + f"; data.sampler gives {self.dataset_size} indices of a data set of "
+                f"{self.samples or self.dataset_size} samples: resume with the data and sampler it was saved "
+                "with"
+            )
+        self.order, self.order_epoch = order, state["epoch"]
         if state["sampler"] is not None:
             self.sampler.load_state_dict(state["sampler"])
         elif state["generator"] is not None:
             self.sampler.generator.set_state(state["generator"])
 
 
-def sample_index(index: Any, sampler: Sampler, epoch: int) -> int:
-    """One index of ``data.sampler``'s order: a whole number (a Python, NumPy or 0-d tensor integer);
-    anything else, such as a batch sampler's list of indices, is named in one line."""
+def sampler_length(sampler: Sampler[int]) -> int:
+    """``len(data.sampler)``: how many indices it gives each epoch; one line where it has none."""
     try:
-        return operator.index(index)
+        return len(sampler)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError) as error:  # no __len__; a negative or huge one
+        raise UserError(
+            f"data.sampler ({type(sampler).__name__}) has no usable len() ({error}); a sampler says how many "
+            "indices it gives each epoch"
+        ) from None
+
+
+def sample_index(index: Any, sampler: Sampler, epoch: int, samples: int | None = None) -> int:
+    """One index of ``data.sampler``'s order: a whole number (a Python, NumPy or 0-d tensor integer)
+    below ``samples``, the data set's size (-1 would quietly be the last sample); anything else, such
+    as a batch sampler's list of indices, is named in one line."""
+    try:
+        found = operator.index(index)
+        if samples is not None and not 0 <= found < samples:
+            raise UserError(
+                f"data.sampler ({type(sampler).__name__}) gave index {found} in epoch {epoch}; the training "
+                f"set has {samples} samples, so an index is in [0, {samples - 1}]"
+            )
+        return found
     except TypeError:
         shown = f"{type(index).__name__} {index!r}"
         raise UserError(
@@ -168,7 +200,7 @@ def make_loaders(
     if is_stream(train_set):
         train_sampler = None
     elif order is not None:
-        train_sampler = SamplerOrder(order, rank, world_size)
+        train_sampler = SamplerOrder(order, rank, world_size, samples=len(train_set))
     else:
         train_sampler = EpochSampler(len(train_set), shuffle, seed, rank, world_size)
     val_sampler = None if is_stream(val_set) else EpochSampler(len(val_set), False, seed, rank, world_size)

@@ -192,9 +192,31 @@ def release(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+# Folders whose lock this process took for the whole command, before anything was written there (a
+# run's before Hydra's record, a sweep's before multirun.yaml): their lock files, by folder.
+HELD: dict[Path, Path] = {}
+
+
+def hold(folder: Path) -> None:
+    """Lock ``folder`` until ``release_held``: from the check that it holds no run to the run's end."""
+    key = folder.resolve()
+    if key not in HELD:
+        HELD[key] = acquire(folder)
+
+
+def release_held(folder: Path | None = None) -> None:
+    """The lock this process holds on ``folder`` (on every folder: None), released."""
+    for key in [key for key in HELD if folder is None or key == folder.resolve()]:
+        release(HELD.pop(key))
+
+
 @contextmanager
 def run_dir_lock(run_dir: Path) -> Iterator[None]:
-    """Held while the body writes ``run_dir``; released however it ends (an error, a signal's exit)."""
+    """Held while the body writes ``run_dir``; released however it ends (an error, a signal's exit). A
+    folder this process holds already (``hold``) stays held by its holder."""
+    if run_dir.resolve() in HELD:
+        yield
+        return
     path = acquire(run_dir)
     try:
         yield

@@ -32,14 +32,19 @@ def holds_anything(folder: Path) -> bool:
         return True  # unreadable: taken as a run's, never written over
 
 
-def refuse_existing_run(run_dir: Path, given: str) -> None:
-    """A new run (no ``resume=``) into a directory that holds a run is refused, naming both ways on."""
+def refuse_existing_run(run_dir: Path, given: str, command: str = "train") -> None:
+    """A new run (no ``resume=``) into a directory that holds a run is refused, naming both ways on;
+    another command that writes (``lr_find``) never writes into a run's directory."""
     found = run_files_in(run_dir)
     if not found:
         return
     shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+    ways = (
+        f"to continue it, give resume={run_dir} (or resume=auto); to start a new run, give"
+        if command == "train"
+        else f"{command} writes a folder of its own: give"
+    )
     raise ConfigError(
-        f"{given}: {run_dir} already holds a run ({shown}); to continue it, give resume={run_dir} (or "
-        "resume=auto); to start a new run, give a fresh directory (hydra.run.dir=NEW_DIR), or leave "
-        "hydra.run.dir out"
+        f"{given}: {run_dir} already holds a run ({shown}); {ways} a fresh directory "
+        "(hydra.run.dir=NEW_DIR), or leave hydra.run.dir out"
     )

@@ -45,8 +45,8 @@ from runner.training.callbacks import Callbacks
 from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.distributed import ProcessInfo, from_environment, in_submitit_job, process_group_of_one
 from runner.training.epochs import Loaders, start_with_checked_batch
-from runner.training.fit_check import check_fit
 from runner.training.metrics import check_metrics_fit_loss, unshifted_accuracy_warning
+from runner.training.monitor_check import check_fit_and_monitors
 from runner.training.plan import LoopSettings, planned_steps, steps_per_epoch
 from runner.training.seeding import draw_seed
 from runner.training.speed import apply_speed_settings, compile_options
@@ -184,7 +184,7 @@ def train_in_this_process(
     )
 
     def check_first(batch: Any) -> None:
-        check_fit(model, batch, parts.loss_fn, device, precision.autocast, config.data.target_key)
+        check_fit_and_monitors(learner, batch, settings, schedule.monitor, callbacks.monitors())
         if warning := unshifted_accuracy_warning(
             settings.metrics, parts.loss_fn, batch, config.data.target_key
         ):

@@ -7,6 +7,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.experiment.lock import release_held
+
 # What Hydra writes into a run directory before the task runs: its record, and the job's log.
 HYDRA_RECORD = {"config.yaml", "hydra.yaml", "overrides.yaml"}
 HYDRA_LOGS = ("train.log", "lr_find.log")
@@ -85,6 +87,7 @@ def remove_new_run_dir(run_dir: Path, keep: Path) -> None:
     """Remove a run directory that holds only what Hydra wrote before the task, and the folders above
     it, below ``keep``, that are left empty (``outputs/<date>`` and ``outputs`` below the working
     directory)."""
+    release_held(run_dir)  # a lock this process took before Hydra wrote there
     if not holds_only_hydra_files(run_dir):
         return
     shutil.rmtree(run_dir, ignore_errors=True)

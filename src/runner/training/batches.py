@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from runner.config.errors import UserError
+from runner.training.item_counts import checked_count
 
 ACCEPTED = (
     "an (inputs, targets) pair, a dict (or dataclass) of tensors run as model(**batch), or, with "
@@ -228,11 +229,14 @@ def scored_targets(batch: Any, targets: Any, loss_fn: Callable) -> Any:
     return torch.where(causal, first_ignored, targets)
 
 
-def items_in_outputs(outputs: Any) -> int | float | torch.Tensor | None:
+def items_in_outputs(outputs: Any, read_device: bool = False) -> int | float | torch.Tensor | None:
     """What a model with its own loss says its loss averaged over: ``outputs.num_items_in_batch`` or
-    ``outputs["num_items_in_batch"]`` (a number or a 0-d tensor); None where it does not say."""
+    ``outputs["num_items_in_batch"]`` (a number or a 0-d tensor, checked: ``item_counts``); None where it
+    does not say."""
     items = _field(outputs, "num_items_in_batch")
-    return items if isinstance(items, int | float | torch.Tensor) and not isinstance(items, bool) else None
+    if not isinstance(items, int | float | torch.Tensor) or isinstance(items, bool):
+        return None
+    return checked_count(items, read_device)
 
 
 def loss_elements(loss_fn: Callable, targets: Any, samples: int) -> int | torch.Tensor:

@@ -13,8 +13,11 @@ from typing import Any
 import torch
 
 import runner
-from runner.training.batches import BatchError, ModelLoss, describe, forward, to_device
+from runner.checkpoint.contents import check_loadable
+from runner.checkpoint.files import CheckpointError
+from runner.training.batches import BatchError, ModelLoss, describe, forward, items_in_outputs, to_device
 from runner.training.carried import NoCarriedState, carried_state_of
+from runner.training.item_counts import ItemCountError
 from runner.training.modes import evaluation_mode
 from runner.training.oom import OutOfMemoryStop, OutOfMemoryUnsaved, first_part_within_memory
 from runner.training.random_state import kept_random_state
@@ -79,12 +82,16 @@ def check_fit(
 
     try:
         with evaluation_mode(model), torch.no_grad(), autocast(), kept_random_state():
-            first_part_within_memory(  # a batch too large for memory is checked on a part (oom.py)
+            result = first_part_within_memory(  # a batch too large for memory is checked on a part (oom.py)
                 lambda part: forward(model, to_device(part, device), checked_loss, target_key),
                 batch,
                 target_key,
             )
-    except (BatchError, OutOfMemoryStop, OutOfMemoryUnsaved):
+            if isinstance(loss_fn, ModelLoss):  # its count, on any device: read once, here
+                items_in_outputs(result.outputs, read_device=True)
+        if kept is not None:  # as checkpoints will save it, after a batch: before the run writes
+            check_loadable(carried.state_dict(), "the model's carried_state (carried_state_dict)")
+    except (BatchError, ItemCountError, CheckpointError, OutOfMemoryStop, OutOfMemoryUnsaved):
         raise
     except Exception as error:
         if raised_in_user_code(error):

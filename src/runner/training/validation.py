@@ -21,6 +21,7 @@ from runner.training.batches import (
 )
 from runner.training.device import to_floats
 from runner.training.distributed import sum_across_processes
+from runner.training.item_counts import check_counted
 from runner.training.metrics import uses_loss
 from runner.training.modes import evaluation_mode
 from runner.training.precision import Precision
@@ -55,6 +56,7 @@ def evaluate(
     loss_sum = torch.zeros((), device=device)
     elements = torch.zeros((), device=device, dtype=torch.long)
     sums = sums_its_loss(loss_fn, model)  # a summed loss: its sum over the samples, per sample
+    said = False
     # Draws inside (a model's noise, the loader's seed) come from copies: training draws as without it.
     with evaluation_mode(model), torch.no_grad(), kept_random_state():
         for batch in loader:
@@ -62,6 +64,7 @@ def evaluate(
             with precision.autocast():
                 result = forward(model, batch, loss_fn, target_key)
             count = items_in_outputs(result.outputs) if isinstance(loss_fn, ModelLoss) else None
+            said = said or count is not None
             if sums:
                 count = count_samples(batch, target_key)
             elif count is None:
@@ -77,6 +80,8 @@ def evaluate(
                 for metric in batch_metrics.values():
                     metric.update(logits, result.targets)
     loss_sum, elements = sum_across_processes(loss_sum), sum_across_processes(elements)
+    if said:  # counts the model said: none at all is no mean
+        check_counted(float(elements))
     values = {"val/loss": loss_sum / elements.where(elements > 0, torch.ones_like(elements))}
     for name, metric in batch_metrics.items():
         if (value := metric.compute()) is not None:
