@@ -58,6 +58,13 @@ def test_closest_names_suggest_module_patterns_and_names():
     assert "2.*" in closest_names("2.x*", names)
 
 
+def test_closest_names_put_the_first_module_first_among_equally_close_ones():
+    """``backbone.O.*`` (a letter O) is as close to every block's pattern: the model's order breaks the
+    tie, so the block meant (``backbone.0.*``) comes first, not last."""
+    names = [f"backbone.{block}.{kind}" for block in range(3) for kind in ("weight", "bias")]
+    assert closest_names("backbone.O.*", names) == ["backbone.0.*", "backbone.1.*", "backbone.2.*"]
+
+
 def optimizer_for(*overrides: str) -> tuple[nn.Module, torch.optim.Optimizer]:
     config = composed("optimizer=sgd", "trainer.max_steps=1", *overrides)
     model = build_model_and_data(config, instantiate, CPU).model

@@ -23,7 +23,8 @@ def as_patterns(value: str | Sequence[str]) -> list[str]:
 
 def closest_names(pattern: str, names: Sequence[str], count: int = 3) -> list[str]:
     """The parameter names, and the patterns of their modules (``backbone.0.*``), nearest to
-    ``pattern`` (difflib), for the error that says it matched none."""
+    ``pattern`` (difflib's ratio), for the error that says it matched none; equally close ones in the
+    model's order (``backbone.O.*`` suggests ``backbone.0.*`` first)."""
     candidates = dict.fromkeys(
         candidate
         for name in names
@@ -32,7 +33,8 @@ def closest_names(pattern: str, names: Sequence[str], count: int = 3) -> list[st
             name,
         )
     )
-    return difflib.get_close_matches(pattern, list(candidates), n=count, cutoff=0.0)
+    ratio = {candidate: difflib.SequenceMatcher(None, pattern, candidate).ratio() for candidate in candidates}
+    return sorted(candidates, key=lambda candidate: -ratio[candidate])[:count]
 
 
 def matching(key: str, patterns: Iterable[str], names: Sequence[str]) -> Callable[[str], bool]:
