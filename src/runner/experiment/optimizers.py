@@ -26,6 +26,18 @@ def check_value(setting: str, value: Any, key: str) -> None:
         raise ConfigError(f"{key}={show(value)} is not allowed; {key} must be {rule.allowed}")
 
 
+def check_own_scheduler(scheduler: Any, key: str) -> None:
+    """An optimizer's own scheduler replaces the run's whole: a name alone (``cosine``) or one setting
+    (``warmup_steps``) is not one, and is refused naming the optimizer's key."""
+    if not (isinstance(scheduler, Mapping) and ("name" in scheduler or "_target_" in scheduler)):
+        raise ConfigError(
+            f"{key}={show(scheduler)}: an optimizer's own scheduler replaces the run's and is a whole "
+            "scheduler config, with name (none, cosine, step) or _target_, such as "
+            f"{key}={{name: cosine, warmup_steps: 5}}"
+        )
+    check_scheduler(scheduler)
+
+
 def named_optimizers(
     config: RunConfig, model: torch.nn.Module, build_one: Callable[..., Any]
 ) -> NamedOptimizers:
@@ -64,7 +76,7 @@ def named_optimizers(
         clips[name] = entry.get("clip", config.clip)
         check_value("clip", clips[name], f"{key}.clip")
         schedulers[name] = entry.get("scheduler", config.scheduler)
-        check_scheduler(schedulers[name])
+        check_own_scheduler(schedulers[name], f"{key}.scheduler")
         for setting, value in schedulers[name].items():
             if f"scheduler.{setting}" in SETTINGS:
                 check_value(f"scheduler.{setting}", value, f"{key}.scheduler.{setting}")
