@@ -7,6 +7,7 @@ from conftest import PLUGINS, composed
 from hydra.utils import instantiate
 from torch import nn
 
+from runner.config.errors import ConfigError
 from runner.experiment.param_groups import closest_names, freeze_parameters, named_groups, no_decay_split
 from runner.experiment.setup import build_model_and_data, build_optimizer, is_norm_layer
 
@@ -91,3 +92,23 @@ def test_a_builder_that_asks_for_the_model_is_given_it_and_frozen_parameters_sta
     model, optimizer = optimizer_for("freeze=[1.*]")
     assert not model[1].weight.requires_grad
     assert [id(p) for p in optimizer.param_groups[0]["params"]] == [id(p) for p in model[3].parameters()]
+
+
+@pytest.mark.parametrize(
+    ("group", "says"),
+    [("{params: '1.*', lr: -1}", r"param_groups\[0\].lr=-1 is not allowed; .* must be a .*number >= 0"),
+     ("{params: '1.*', weight_decay: -0.1}", r"param_groups\[0\].weight_decay=-0.1 is not allowed")],
+)  # fmt: skip
+def test_a_groups_own_argument_is_held_to_the_optimizers_rule(group, says):
+    """torch checks lr only for the optimizer's defaults: a group's lr of -1 trained uphill."""
+    with pytest.raises(ConfigError, match=says):
+        optimizer_for(f"+optimizer.param_groups=[{group}]")
+
+
+def test_two_groups_of_one_name_and_a_group_that_takes_nothing_are_refused():
+    """A name is a TensorBoard tag (train/lr/<name>): two groups would log over each other. A group
+    whose patterns match only parameters an earlier group took would silently keep its settings unused."""
+    with pytest.raises(ConfigError, match=r"optimizer.param_groups\[1\].name=a: group 0 is named a too"):
+        optimizer_for("+optimizer.param_groups=[{name: a, params: '1.*'}, {name: a, params: '3.*'}]")
+    with pytest.raises(ConfigError, match=r"optimizer.param_groups\[1\] \(b\) takes no parameter: .*1\.\*"):
+        optimizer_for("+optimizer.param_groups=[{name: a, params: '*'}, {name: b, params: '1.*', lr: 9}]")
