@@ -112,3 +112,11 @@ def test_two_groups_of_one_name_and_a_group_that_takes_nothing_are_refused():
         optimizer_for("+optimizer.param_groups=[{name: a, params: '1.*'}, {name: a, params: '3.*'}]")
     with pytest.raises(ConfigError, match=r"optimizer.param_groups\[1\] \(b\) takes no parameter: .*1\.\*"):
         optimizer_for("+optimizer.param_groups=[{name: a, params: '*'}, {name: b, params: '1.*', lr: 9}]")
+
+
+def test_freezing_every_parameter_is_refused_by_the_freeze_key():
+    """Not the optimizer's 'empty parameter list', which named neither freeze nor its patterns."""
+    with pytest.raises(
+        ConfigError, match=r"^freeze=\[\*\]: it freezes every parameter of the model \(8 tensors\)"
+    ):
+        freeze_parameters(net(), ["*"])

@@ -59,6 +59,11 @@ def freeze_parameters(model: torch.nn.Module, patterns: Sequence[str]) -> int:
     named = list(model.named_parameters())
     frozen = matching("freeze", patterns, [name for name, _ in named])
     chosen = [parameter for name, parameter in named if frozen(name)]
+    if len(chosen) == len(named):  # else the optimizer's "empty parameter list", naming neither
+        raise ConfigError(
+            f"freeze=[{', '.join(patterns)}]: it freezes every parameter of the model ({len(named)} tensors) "
+            "and nothing would train; freeze the parts that stay fixed, such as [backbone.0.*]"
+        )
     for parameter in chosen:
         parameter.requires_grad_(False)
     return len(chosen)
