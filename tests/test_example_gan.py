@@ -169,6 +169,13 @@ def test_an_optimizers_own_scheduler_that_is_not_a_whole_scheduler_config_is_ref
     assert not list((tmp_path / "run").iterdir())
 
 
+def test_optimizer_param_groups_with_several_optimizers_is_refused_not_ignored(train_example, tmp_path):
+    """The run's one optimizer is not built with optimizers: its groups would be dropped silently."""
+    with pytest.raises(ConfigError, match=r"^optimizer.param_groups: .*\(optimizers.<name>.params\)"):
+        train_example("+optimizer.param_groups=[{params: generator.*, lr: 0.1}]")
+    assert not list((tmp_path / "run").iterdir())
+
+
 def test_doctor_checks_the_gan_per_optimizer_and_says_why_it_skips_the_overfit_check(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE))
     config = composed(*EXPERIMENT)

@@ -49,6 +49,11 @@ def named_optimizers(
             f"{OWN_STEP}(batch, step) method; several optimizers need a step the model writes (see "
             "'A GAN: two optimizers and a step the model writes' in the docs), else use optimizer"
         )
+    if config.optimizer.get("param_groups"):  # the run's one optimizer is not built: it would be dropped
+        raise ConfigError(
+            "optimizer.param_groups: the run's one optimizer is not built when optimizers is set; give each "
+            "part its own optimizer (optimizers.<name>.params) with its own arguments"
+        )
     if config.strategy == "fsdp":
         raise ConfigError(
             "optimizers: strategy=fsdp is not supported with a step the model writes; use strategy=ddp"
