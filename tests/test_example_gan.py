@@ -176,6 +176,12 @@ def test_optimizer_param_groups_with_several_optimizers_is_refused_not_ignored(t
     assert not list((tmp_path / "run").iterdir())
 
 
+def test_an_optimizer_whose_part_is_frozen_is_refused_naming_its_params_and_freeze(train_example):
+    with pytest.raises(ConfigError, match=r"^optimizers.discriminator.params: discriminator.\* match only "
+                                          r"frozen parameters \(freeze\)"):  # fmt: skip
+        train_example("freeze=[discriminator.*]")
+
+
 def test_doctor_checks_the_gan_per_optimizer_and_says_why_it_skips_the_overfit_check(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE))
     config = composed(*EXPERIMENT)

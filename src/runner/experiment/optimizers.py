@@ -69,6 +69,11 @@ def named_optimizers(
             )
         chosen = [(n, p) for n, p in matching(model, as_patterns(entry["params"], f"{key}.params"), key)
                   if p.requires_grad]  # fmt: skip
+        if not chosen:  # else torch's "empty parameter list", not saying why
+            raise ConfigError(
+                f"{key}.params: {', '.join(as_patterns(entry['params'], f'{key}.params'))} match only frozen "
+                "parameters (freeze); each optimizer needs a trainable part: unfreeze some, or drop it"
+            )
         for parameter_name, parameter in chosen:
             if id(parameter) in owner:
                 raise ConfigError(
