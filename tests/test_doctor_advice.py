@@ -1,6 +1,8 @@
 """doctor's advice follows what the loss did (a loss that rose is never told to go faster), and its
 summary line counts every check that did not run."""
 
+import logging
+
 import pytest
 from conftest import TINY, composed
 from hydra.utils import instantiate
@@ -51,6 +53,9 @@ def test_a_setting_only_the_optimizer_checks_is_refused_as_train_refuses_it(tmp_
     from runner.cli.tools import main_doctor
 
     monkeypatch.chdir(tmp_path)
+    loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)]
+    for logger in loggers:  # doctor's hydra/job_logging=disabled disables the loggers that exist
+        monkeypatch.setattr(logger, "disabled", logger.disabled)
     with pytest.raises(SystemExit) as exited:
         main_doctor([*TINY, "+optimizer.param_groups=[{params: '1.*', lrr: 1}]"])
     assert exited.value.code == 2
