@@ -1,7 +1,10 @@
 """doctor's advice follows what the loss did (a loss that rose is never told to go faster), and its
 summary line counts every check that did not run."""
 
-from conftest import composed
+import logging
+
+import pytest
+from conftest import TINY, composed
 from hydra.utils import instantiate
 
 from runner.experiment.setup import build_optimizer, prepare
@@ -42,3 +45,21 @@ def test_the_summary_counts_a_skipped_check_and_never_says_all_passed():
     assert format_table(failed).splitlines()[-1] == "1 check(s) failed, 5 passed, 2 skipped"
     passed = [result(number, PASS) for number in range(1, 9)]
     assert format_table(passed).splitlines()[-1] == "all checks passed"
+
+
+def test_a_setting_only_the_optimizer_checks_is_refused_as_train_refuses_it(tmp_path, monkeypatch, capsys):
+    """doctor builds what train would: a group's typo (lrr) is its one-line error and exit 2, not a
+    check skipped as 'could not run' under "6 passed, 2 skipped" and exit 0."""
+    from runner.cli.tools import main_doctor
+
+    monkeypatch.chdir(tmp_path)
+    loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)]
+    for logger in loggers:  # doctor's hydra/job_logging=disabled disables the loggers that exist
+        monkeypatch.setattr(logger, "disabled", logger.disabled)
+    with pytest.raises(SystemExit) as exited:
+        main_doctor([*TINY, "+optimizer.param_groups=[{params: '1.*', lrr: 1}]"])
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert len(captured.err.strip().splitlines()) == 1, captured.err
+    assert captured.err.startswith("runner: error: optimizer.param_groups[0].lrr: "), captured.err
+    assert "passed" not in captured.out and not list(tmp_path.iterdir())

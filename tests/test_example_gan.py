@@ -153,6 +153,35 @@ def test_optimizers_that_do_not_fit_the_model_are_refused_in_one_line(train_exam
         )
 
 
+@pytest.mark.parametrize(
+    ("override", "given"),
+    [("+optimizers.generator.scheduler=cosine", "cosine"),
+     ("+optimizers.generator.scheduler.warmup_steps=5", "{'warmup_steps': 5}")],
+)  # fmt: skip
+def test_an_optimizers_own_scheduler_that_is_not_a_whole_scheduler_config_is_refused_by_name(
+    train_example, tmp_path, override, given
+):
+    with pytest.raises(
+        ConfigError, match=r"^optimizers.generator.scheduler=(.+): .*name \(none, cosine, step\) or _target_"
+    ) as refused:
+        train_example(override)
+    assert refused.value.args[0].split("=", 1)[1].startswith(f"{given}: ")
+    assert not list((tmp_path / "run").iterdir())
+
+
+def test_optimizer_param_groups_with_several_optimizers_is_refused_not_ignored(train_example, tmp_path):
+    """The run's one optimizer is not built with optimizers: its groups would be dropped silently."""
+    with pytest.raises(ConfigError, match=r"^optimizer.param_groups: .*\(optimizers.<name>.params\)"):
+        train_example("+optimizer.param_groups=[{params: generator.*, lr: 0.1}]")
+    assert not list((tmp_path / "run").iterdir())
+
+
+def test_an_optimizer_whose_part_is_frozen_is_refused_naming_its_params_and_freeze(train_example):
+    with pytest.raises(ConfigError, match=r"^optimizers.discriminator.params: discriminator.\* match only "
+                                          r"frozen parameters \(freeze\)"):  # fmt: skip
+        train_example("freeze=[discriminator.*]")
+
+
 def test_doctor_checks_the_gan_per_optimizer_and_says_why_it_skips_the_overfit_check(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE))
     config = composed(*EXPERIMENT)

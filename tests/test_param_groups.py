@@ -7,6 +7,7 @@ from conftest import PLUGINS, composed
 from hydra.utils import instantiate
 from torch import nn
 
+from runner.config.errors import ConfigError
 from runner.experiment.param_groups import closest_names, freeze_parameters, named_groups, no_decay_split
 from runner.experiment.setup import build_model_and_data, build_optimizer, is_norm_layer
 
@@ -58,6 +59,13 @@ def test_closest_names_suggest_module_patterns_and_names():
     assert "2.*" in closest_names("2.x*", names)
 
 
+def test_closest_names_put_the_first_module_first_among_equally_close_ones():
+    """``backbone.O.*`` (a letter O) is as close to every block's pattern: the model's order breaks the
+    tie, so the block meant (``backbone.0.*``) comes first, not last."""
+    names = [f"backbone.{block}.{kind}" for block in range(3) for kind in ("weight", "bias")]
+    assert closest_names("backbone.O.*", names) == ["backbone.0.*", "backbone.1.*", "backbone.2.*"]
+
+
 def optimizer_for(*overrides: str) -> tuple[nn.Module, torch.optim.Optimizer]:
     config = composed("optimizer=sgd", "trainer.max_steps=1", *overrides)
     model = build_model_and_data(config, instantiate, CPU).model
@@ -84,3 +92,31 @@ def test_a_builder_that_asks_for_the_model_is_given_it_and_frozen_parameters_sta
     model, optimizer = optimizer_for("freeze=[1.*]")
     assert not model[1].weight.requires_grad
     assert [id(p) for p in optimizer.param_groups[0]["params"]] == [id(p) for p in model[3].parameters()]
+
+
+@pytest.mark.parametrize(
+    ("group", "says"),
+    [("{params: '1.*', lr: -1}", r"param_groups\[0\].lr=-1 is not allowed; .* must be a .*number >= 0"),
+     ("{params: '1.*', weight_decay: -0.1}", r"param_groups\[0\].weight_decay=-0.1 is not allowed")],
+)  # fmt: skip
+def test_a_groups_own_argument_is_held_to_the_optimizers_rule(group, says):
+    """torch checks lr only for the optimizer's defaults: a group's lr of -1 trained uphill."""
+    with pytest.raises(ConfigError, match=says):
+        optimizer_for(f"+optimizer.param_groups=[{group}]")
+
+
+def test_two_groups_of_one_name_and_a_group_that_takes_nothing_are_refused():
+    """A name is a TensorBoard tag (train/lr/<name>): two groups would log over each other. A group
+    whose patterns match only parameters an earlier group took would silently keep its settings unused."""
+    with pytest.raises(ConfigError, match=r"optimizer.param_groups\[1\].name=a: group 0 is named a too"):
+        optimizer_for("+optimizer.param_groups=[{name: a, params: '1.*'}, {name: a, params: '3.*'}]")
+    with pytest.raises(ConfigError, match=r"optimizer.param_groups\[1\] \(b\) takes no parameter: .*1\.\*"):
+        optimizer_for("+optimizer.param_groups=[{name: a, params: '*'}, {name: b, params: '1.*', lr: 9}]")
+
+
+def test_freezing_every_parameter_is_refused_by_the_freeze_key():
+    """Not the optimizer's 'empty parameter list', which named neither freeze nor its patterns."""
+    with pytest.raises(
+        ConfigError, match=r"^freeze=\[\*\]: it freezes every parameter of the model \(8 tensors\)"
+    ):
+        freeze_parameters(net(), ["*"])

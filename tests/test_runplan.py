@@ -68,3 +68,12 @@ def test_the_effective_batch_counts_processes_in_words(train_here, caplog):
     """ "x 2 processes" under torchrun (tests/test_distributed.py), "x 1 process" here."""
     train_here(*TINY, "accumulate=2")
     assert plan_of(caplog)["effective batch"] == "32 = 16 (data.batch_size) x 2 (accumulate) x 1 process"
+
+
+def test_the_optimizer_row_gives_the_optimizers_rate_when_groups_have_their_own(train_here, caplog):
+    """With ``optimizer.param_groups`` the first group's rate is not the optimizer's: the row says the
+    configured ``optimizer.lr`` and points at the groups' rows."""
+    train_here(*TINY, "optimizer.lr=0.003", "+optimizer.param_groups=[{name: first, params: '1.*', lr: 0.5}]")
+    rows = plan_of(caplog)
+    assert re.match(r"\w+, lr 0.003 \(each group's below\)", rows["optimizer"]), rows["optimizer"]
+    assert "first: 2 tensors" in rows["parameter groups"] and "lr 0.5" in rows["parameter groups"]

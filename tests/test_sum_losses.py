@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from runner.config.errors import ConfigError
 from runner.training.batches import ModelLoss
 from runner.training.precision import resolve_precision
 from runner.training.step import Learner, train_step
@@ -93,3 +94,15 @@ def test_validation_reports_a_summed_loss_per_sample():
     with torch.no_grad():
         expected = nn.MSELoss(reduction="sum")(model(inputs), targets).item() / len(inputs)
     assert values["val/loss"] == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["none", "summ"])
+def test_a_loss_reduction_runner_cannot_train_is_refused_by_name_writing_nothing(
+    train_here, tmp_path, reduction
+):
+    """``loss.reduction=none`` (one loss per sample: no backward) or a typo is one line naming the key,
+    the value and what is allowed, before the run directory gets a file."""
+    with pytest.raises(ConfigError, match=rf"^loss.reduction={reduction}: .*mean.*sum") as refused:
+        train_here("data=regression", "loss=mse", f"+loss.reduction={reduction}", "trainer.max_steps=1")
+    assert "\n" not in str(refused.value)
+    assert not list((tmp_path / "run").iterdir())

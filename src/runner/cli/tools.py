@@ -206,6 +206,10 @@ def doctor_task(cfg: DictConfig, as_json: bool) -> None:
     from runner.tools.doctor import FAIL, Setup, format_table, run_checks, to_json
 
     config, prepared = task_setup(cfg)
+    try:  # as train, which builds its optimizer before writing: a setting only it checks is refused
+        optimizer_factory(config)(prepared.parts.model)
+    except UserError as error:
+        exit_with(error)
     setup = Setup.of(config, prepared, optimizer_factory(config))
     results = run_checks(setup)
     print(to_json(results) if as_json else format_table(results))

@@ -26,6 +26,18 @@ def check_value(setting: str, value: Any, key: str) -> None:
         raise ConfigError(f"{key}={show(value)} is not allowed; {key} must be {rule.allowed}")
 
 
+def check_own_scheduler(scheduler: Any, key: str) -> None:
+    """An optimizer's own scheduler replaces the run's whole: a name alone (``cosine``) or one setting
+    (``warmup_steps``) is not one, and is refused naming the optimizer's key."""
+    if not (isinstance(scheduler, Mapping) and ("name" in scheduler or "_target_" in scheduler)):
+        raise ConfigError(
+            f"{key}={show(scheduler)}: an optimizer's own scheduler replaces the run's and is a whole "
+            "scheduler config, with name (none, cosine, step) or _target_, such as "
+            f"{key}={{name: cosine, warmup_steps: 5}}"
+        )
+    check_scheduler(scheduler)
+
+
 def named_optimizers(
     config: RunConfig, model: torch.nn.Module, build_one: Callable[..., Any]
 ) -> NamedOptimizers:
@@ -36,6 +48,11 @@ def named_optimizers(
             f"optimizers: {', '.join(config.optimizers)} is set, but {type(model).__name__} has no "
             f"{OWN_STEP}(batch, step) method; several optimizers need a step the model writes (see "
             "'A GAN: two optimizers and a step the model writes' in the docs), else use optimizer"
+        )
+    if config.optimizer.get("param_groups"):  # the run's one optimizer is not built: it would be dropped
+        raise ConfigError(
+            "optimizer.param_groups: the run's one optimizer is not built when optimizers is set; give each "
+            "part its own optimizer (optimizers.<name>.params) with its own arguments"
         )
     if config.strategy == "fsdp":
         raise ConfigError(
@@ -52,6 +69,11 @@ def named_optimizers(
             )
         chosen = [(n, p) for n, p in matching(model, as_patterns(entry["params"], f"{key}.params"), key)
                   if p.requires_grad]  # fmt: skip
+        if not chosen:  # else torch's "empty parameter list", not saying why
+            raise ConfigError(
+                f"{key}.params: {', '.join(as_patterns(entry['params'], f'{key}.params'))} match only frozen "
+                "parameters (freeze); each optimizer needs a trainable part: unfreeze some, or drop it"
+            )
         for parameter_name, parameter in chosen:
             if id(parameter) in owner:
                 raise ConfigError(
@@ -64,7 +86,7 @@ def named_optimizers(
         clips[name] = entry.get("clip", config.clip)
         check_value("clip", clips[name], f"{key}.clip")
         schedulers[name] = entry.get("scheduler", config.scheduler)
-        check_scheduler(schedulers[name])
+        check_own_scheduler(schedulers[name], f"{key}.scheduler")
         for setting, value in schedulers[name].items():
             if f"scheduler.{setting}" in SETTINGS:
                 check_value(f"scheduler.{setting}", value, f"{key}.scheduler.{setting}")

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from runner.config.errors import ConfigError, show
+from runner.config.schema import SETTINGS
 
 NamedParameters = list[tuple[str, torch.nn.Parameter]]
 
@@ -23,7 +24,8 @@ def as_patterns(value: str | Sequence[str]) -> list[str]:
 
 def closest_names(pattern: str, names: Sequence[str], count: int = 3) -> list[str]:
     """The parameter names, and the patterns of their modules (``backbone.0.*``), nearest to
-    ``pattern`` (difflib), for the error that says it matched none."""
+    ``pattern`` (difflib's ratio), for the error that says it matched none; equally close ones in the
+    model's order (``backbone.O.*`` suggests ``backbone.0.*`` first)."""
     candidates = dict.fromkeys(
         candidate
         for name in names
@@ -32,7 +34,8 @@ def closest_names(pattern: str, names: Sequence[str], count: int = 3) -> list[st
             name,
         )
     )
-    return difflib.get_close_matches(pattern, list(candidates), n=count, cutoff=0.0)
+    ratio = {candidate: difflib.SequenceMatcher(None, pattern, candidate).ratio() for candidate in candidates}
+    return sorted(candidates, key=lambda candidate: -ratio[candidate])[:count]
 
 
 def matching(key: str, patterns: Iterable[str], names: Sequence[str]) -> Callable[[str], bool]:
@@ -56,6 +59,11 @@ def freeze_parameters(model: torch.nn.Module, patterns: Sequence[str]) -> int:
     named = list(model.named_parameters())
     frozen = matching("freeze", patterns, [name for name, _ in named])
     chosen = [parameter for name, parameter in named if frozen(name)]
+    if len(chosen) == len(named):  # else the optimizer's "empty parameter list", naming neither
+        raise ConfigError(
+            f"freeze=[{', '.join(patterns)}]: it freezes every parameter of the model ({len(named)} tensors) "
+            "and nothing would train; freeze the parts that stay fixed, such as [backbone.0.*]"
+        )
     for parameter in chosen:
         parameter.requires_grad_(False)
     return len(chosen)
@@ -85,16 +93,37 @@ def named_groups(
         for name, parameter in named:
             if id(parameter) not in taken and chosen(name):
                 taken[id(parameter)] = index
-    groups = []
+    groups, seen = [], {}
     for index, spec in enumerate([*specs, {"name": "rest"}]):
         members = [(name, p) for name, p in named if taken.get(id(p), len(specs)) == index]
-        options = {key: value for key, value in spec.items() if key not in ("params", "name")}
         name = str(spec.get("name", f"group{index}"))
+        if index < len(specs):
+            check_group(index, name, spec, seen, bool(members))
+        seen[name] = index
+        options = {key: value for key, value in spec.items() if key not in ("params", "name")}
         for part in split(members):
             suffix = "" if part["name"] in ("decay", "all") else f".{part['name']}"
             settings = {key: value for key, value in part.items() if key != "name"}
             groups.append({**options, **settings, "name": name + suffix})
     return [group for group in groups if group["params"]]
+
+
+def check_group(index: int, name: str, spec: Mapping[str, Any], seen: Mapping[str, int], takes: bool) -> None:
+    """A name is a TensorBoard tag (``train/lr/<name>``): two groups of one name would log over each
+    other. A group whose patterns match only frozen parameters or ones an earlier group took would keep
+    its settings unused, silently."""
+    if name in seen:
+        raise ConfigError(
+            f"optimizer.param_groups[{index}].name={name}: group {seen[name]} is named {name} too; each "
+            "group needs its own name (its rate is logged as train/lr/<name>)"
+        )
+    if not takes:
+        patterns = ", ".join(as_patterns(spec["params"]))
+        raise ConfigError(
+            f"optimizer.param_groups[{index}] ({name}) takes no parameter: {patterns} "
+            "match only frozen parameters or ones an earlier group took (the first matching group takes a "
+            "parameter); narrow the earlier group's patterns or put this group first"
+        )
 
 
 def no_decay_split(
@@ -143,7 +172,11 @@ def check_group_options(optimizer: torch.optim.Optimizer, specs: Sequence[Mappin
     """A group's key that is not one of the optimizer's arguments is a typo torch would keep silently
     (``lrr: 0.1`` trains at the optimizer's rate): refused, naming the key and the arguments."""
     for index, spec in enumerate(specs):
-        for key in spec:
+        for key, value in spec.items():
+            rule = SETTINGS[f"optimizer.{key}"].rule if f"optimizer.{key}" in SETTINGS else None
+            if key not in ("params", "name") and rule is not None and not rule.accepts(value):
+                given = f"optimizer.param_groups[{index}].{key}"  # torch checks only the optimizer's own
+                raise ConfigError(f"{given}={show(value)} is not allowed; {given} must be {rule.allowed}")
             if key not in ("params", "name") and key not in optimizer.defaults:
                 arguments = ", ".join(["params", "name", *optimizer.defaults])
                 raise ConfigError(

@@ -124,9 +124,13 @@ def optimizer_plan(optimizer: torch.optim.Optimizer, target: str | None) -> str:
             for name, one in optimizer.optimizers.items()
         )
     first = optimizer.param_groups[0]
-    decay = f", weight decay {first['weight_decay']:g}" if "weight_decay" in first else ""
     # A scheduler keeps the configured rate as ``initial_lr`` and has set ``lr`` to its first value.
-    return f"{named(optimizer, target)}, lr {first.get('initial_lr', first['lr']):g}{decay}"
+    lr, own = first.get("initial_lr", first["lr"]), ""
+    rates = {group.get("initial_lr", group["lr"]) for group in optimizer.param_groups}
+    if len(rates) > 1 and "lr" in optimizer.defaults:  # optimizer.param_groups: group 0's is not optimizer's
+        first, lr, own = optimizer.defaults, optimizer.defaults["lr"], " (each group's below)"
+    decay = f", weight decay {first['weight_decay']:g}" if "weight_decay" in first else ""
+    return f"{named(optimizer, target)}, lr {lr:g}{own}{decay}"
 
 
 def parameter_groups(optimizer: torch.optim.Optimizer, model: torch.nn.Module | None = None) -> list[str]:

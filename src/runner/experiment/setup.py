@@ -30,6 +30,7 @@ from runner.training.device import resolve_device
 from runner.training.distributed import ProcessInfo
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision, resolve_precision
+from runner.training.reduction import check_reduction
 from runner.training.schedules import Schedule, build_scheduler, fill_planned, named_schedule
 from runner.training.seeding import seed_everything
 
@@ -197,6 +198,7 @@ def build_model_and_data(config: RunConfig, build: Build, device: torch.device) 
             )
     freeze_parameters(model, config.freeze)  # before any wrapper or optimizer sees requires_grad
     loss_fn = build_component(build, "loss", config.loss)
+    check_reduction(loss_fn)
     test_set = datasets[2] if len(datasets) == 3 else None
     return Components(model.to(device), datasets[0], datasets[1], loss_fn, test_set)
 

@@ -9,7 +9,11 @@ from collections.abc import Callable, Iterator
 
 from torch import nn
 
+from runner.config.errors import ConfigError, show
 from runner.training.batches import ModelLoss
+
+# What runner can train: one number per batch, a mean (KLDivLoss's batchmean is one) or a sum.
+TRAINABLE_REDUCTIONS = ("mean", "sum", "batchmean")
 
 
 def sums_its_loss(loss_fn: Callable, model: nn.Module) -> bool:
@@ -24,3 +28,14 @@ def unwrapped(model: nn.Module) -> Iterator[nn.Module]:
     while isinstance(model, nn.Module):
         yield model
         model = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+
+
+def check_reduction(loss_fn: Callable) -> None:
+    """A loss's ``reduction`` must give one number per batch: ``none`` (a loss per sample) would fail
+    at the first backward, and torch takes a typo (``summ``) until the first forward."""
+    reduction = getattr(loss_fn, "reduction", None)
+    if isinstance(reduction, str) and reduction not in TRAINABLE_REDUCTIONS:
+        raise ConfigError(
+            f"loss.reduction={show(reduction)}: runner trains on one loss per batch; loss.reduction must be "
+            "mean (the default), sum (accumulated as a sum, logged per sample) or batchmean (KLDivLoss)"
+        )
