@@ -277,6 +277,7 @@ def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> A
     except OmegaConfBaseException as error:  # a launcher resolving Hydra's settings, before the task
         if started:
             raise
+        release_folders()  # its lock first: then a sweep directory holds only Hydra's record of it
         for sweep_dir in new_sweep_dir:  # made for this sweep, holding only Hydra's record of it
             if sweep_dir.is_dir() and {path.name for path in sweep_dir.iterdir()} <= {"multirun.yaml"}:
                 (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
