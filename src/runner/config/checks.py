@@ -6,7 +6,7 @@ Each check names the key, the value given and what is allowed, in one line.
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from runner.config.errors import ConfigError, show
@@ -21,18 +21,29 @@ ABSENT = object()
 INTEGER_LIMIT = 2**63
 
 
-def oversized_integer(key: str, value: Any) -> tuple[str, int] | None:
-    """The first integer in ``value`` (nested lists and mappings too) outside [-2**63, 2**63), and the
-    key it is at."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return None if -INTEGER_LIMIT <= value < INTEGER_LIMIT else (key, value)
+def first_leaf(key: str, value: Any, wrong: Callable[[Any], bool]) -> tuple[str, Any] | None:
+    """The first value in ``value`` (nested lists and mappings too) that is ``wrong``, and its key."""
     if isinstance(value, Mapping):
         inside = ((f"{key}.{name}", item) for name, item in value.items())
     elif isinstance(value, list | tuple):
         inside = ((key, item) for item in value)
     else:
-        return None
-    return next((found for at, item in inside if (found := oversized_integer(at, item)) is not None), None)
+        return (key, value) if wrong(value) else None
+    return next((found for at, item in inside if (found := first_leaf(at, item, wrong)) is not None), None)
+
+
+def oversized_integer(key: str, value: Any) -> tuple[str, int] | None:
+    """The first integer in ``value`` (nested lists and mappings too) outside [-2**63, 2**63), and the
+    key it is at."""
+    return first_leaf(
+        key,
+        value,
+        lambda item: (
+            isinstance(item, int)
+            and not isinstance(item, bool)
+            and not -INTEGER_LIMIT <= item < INTEGER_LIMIT
+        ),
+    )
 
 
 def check_integer_size(key: str, value: Any) -> None:
@@ -48,15 +59,8 @@ def check_integer_size(key: str, value: Any) -> None:
 
 def nan_inside(key: str, value: Any) -> str | None:
     """The key of the first NaN in ``value`` (nested lists and mappings too)."""
-    if isinstance(value, float) and math.isnan(value):
-        return key
-    if isinstance(value, Mapping):
-        inside = ((f"{key}.{name}", item) for name, item in value.items())
-    elif isinstance(value, list | tuple):
-        inside = ((key, item) for item in value)
-    else:
-        return None
-    return next((found for at, item in inside if (found := nan_inside(at, item)) is not None), None)
+    found = first_leaf(key, value, lambda item: isinstance(item, float) and math.isnan(item))
+    return None if found is None else found[0]
 
 
 def check_not_nan(key: str, value: Any) -> None:
