@@ -1,6 +1,7 @@
 """Test-only model that runs out of memory: runner's MLP, which raises ``torch.OutOfMemoryError`` (as
 a GPU would) for a batch of more than ``limit`` samples, on every process or on ``rank`` alone; in
-training and evaluation alike, or only ``when`` it is "training" (gradients on) or "evaluation"."""
+training and evaluation alike, or only ``when`` it is "training" (gradients on) or "evaluation". With
+``norm`` its inputs go through a BatchNorm first: buffers that DDP's processes must share."""
 
 import os
 from collections.abc import Sequence
@@ -21,9 +22,12 @@ class RunsOutAbove(nn.Module):
         limit: int = 8,
         rank: int | None = None,
         when: str = "always",
+        norm: bool = False,
     ):
         super().__init__()
         self.body = mlp(input_shape, num_outputs, hidden, dropout)
+        features = int(torch.tensor(input_shape).prod())
+        self.norm = nn.Sequential(nn.Flatten(), nn.BatchNorm1d(features)) if norm else nn.Identity()
         self.limit, self.rank, self.when = limit, rank, when
 
     def forward(self, inputs: Tensor) -> Tensor:
@@ -31,4 +35,4 @@ class RunsOutAbove(nn.Module):
         now = {"always": True, "training": torch.is_grad_enabled(), "evaluation": not torch.is_grad_enabled()}
         if here and now[self.when] and len(inputs) > self.limit:
             raise torch.OutOfMemoryError(f"simulated: a batch of {len(inputs)} > {self.limit} samples")
-        return self.body(inputs)
+        return self.body(self.norm(inputs))

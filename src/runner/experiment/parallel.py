@@ -12,7 +12,8 @@ from torch import nn
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
 from runner.training.compiling import compile_options, compiled_now
-from runner.training.distributed import ProcessInfo
+from runner.training.distributed import ProcessInfo, broadcast_from_first
+from runner.training.memory_agreement import Agreement
 
 
 @dataclass
@@ -20,6 +21,16 @@ class Spread:
     forward_model: nn.Module  # what a step calls: the model, or its DDP / compiled wrapper
     skip_grad_sync: Callable[[], AbstractContextManager] = nullcontext  # inside an accumulation window
     notes: dict[str, str] = field(default_factory=dict)  # run plan rows: strategy, activation checkpointing
+    share_buffers: Callable[[], None] = lambda: None  # rank 0's buffers to every process (DDP)
+    averages: bool = False  # runner averages the gradients after a window (no DDP wrapper)
+
+
+def memory_agreement(config: RunConfig, process: ProcessInfo) -> Agreement:
+    """Where the processes agree that one ran out of memory, so all split alike (``oom.py``): several
+    processes under DDP. Not under FSDP (its parameter gathers are inside the forward, where one process
+    cannot leave), nor for a step the model writes (it is not redone)."""
+    ddp = config.strategy == "ddp" and not config.optimizers
+    return Agreement(process.rank, enabled=process.distributed and ddp and config.on_oom == "split")
 
 
 def described(blocks: list[nn.Module]) -> str:
@@ -58,13 +69,25 @@ def spread_model(
         compiled = compiled_now(model, compile_options(config))
         return Spread(compiled, lambda: no_gradient_sync(model), notes)
     if process.distributed and config.optimizers:  # a step the model writes: manual_step.py averages
-        for tensor in [*model.parameters(), *model.buffers()]:  # rank 0's start, as DDP's
-            torch.distributed.broadcast(tensor.detach(), src=0)
+        broadcast_from_first([*model.parameters(), *model.buffers()])  # rank 0's start, as DDP's
         notes["strategy"] = (
             f"ddp: a whole copy of the model on each of {process.world_size} processes; each optimizer's "
             "gradients averaged at its update"
         )
         return Spread(forward_model, nullcontext, notes)
+    if process.distributed and memory_agreement(config, process).enabled:
+        # No collective inside a backward, where a process that ran out of memory could not tell the others
+        # (memory_agreement.py): runner averages the gradients after the window (step.py) and hands rank
+        # 0's buffers over before each window and validation, where DDP would in the first forward after
+        # a synchronised one (the same values).
+        broadcast_from_first([*model.parameters(), *model.buffers()])  # rank 0's start, as DDP's
+        notes["strategy"] = (
+            f"ddp: a whole copy of the model on each of {process.world_size} processes; gradients averaged "
+            "after each window's backward (on_oom=split)"
+        )
+        buffers = list(model.buffers())
+        forward = compiled_now(forward_model, compile_options(config))
+        return Spread(forward, nullcontext, notes, lambda: broadcast_from_first(buffers), averages=True)
     if process.distributed:
         from torch.nn.parallel import DistributedDataParallel
 

@@ -162,6 +162,36 @@ def sum_across_processes(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def broadcast_from_first(tensors: list[torch.Tensor]) -> None:
+    """Rank 0's values in every process's ``tensors``, in place: one broadcast per dtype and device,
+    as DDP hands buffers over (a model's many small BatchNorm statistics are one message)."""
+    if not torch_dist.is_initialized() or not tensors:
+        return
+    kinds: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+    for tensor in tensors:
+        kinds.setdefault((tensor.dtype, tensor.device), []).append(tensor.detach())
+    for same_kind in kinds.values():
+        flat = torch.cat([tensor.reshape(-1) for tensor in same_kind])
+        torch_dist.broadcast(flat, src=0)
+        for tensor, values in zip(same_kind, flat.split([t.numel() for t in same_kind]), strict=True):
+            tensor.copy_(values.view_as(tensor))
+
+
+def average_gradients(parameters: list[torch.Tensor], processes: int) -> None:
+    """Each parameter's gradient summed over every process and divided by their number, as DDP
+    averages, in one collective; one that no process has stays None (a flag per parameter rides in the
+    same buffer)."""
+    like = next((p.grad for p in parameters if p.grad is not None), parameters[0].detach())
+    pieces = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in parameters]
+    flags = torch.tensor([p.grad is not None for p in parameters], dtype=like.dtype, device=like.device)
+    flat = sum_across_processes(torch.cat([*(piece.to(like.dtype) for piece in pieces), flags]))
+    sizes = [piece.numel() for piece in pieces]
+    grads, had = flat[: sum(sizes)].div_(processes), flat[sum(sizes) :]
+    for index, (parameter, grad) in enumerate(zip(parameters, grads.split(sizes), strict=True)):
+        if had[index] > 0:
+            parameter.grad = grad.view_as(parameter).to(parameter.dtype).clone()
+
+
 def any_process(value: int) -> int:
     """The largest of every process's ``value`` (0 where none is set): all ranks decide alike."""
     if not torch_dist.is_initialized():

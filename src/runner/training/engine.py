@@ -102,10 +102,11 @@ def validate(
     change what a longer run of the same settings would do. Every validation calls the callbacks'
     ``on_validation_end``, that one too, marked ``context.extra_validation``."""
     with hooks.callbacks.evaluation_weights(learner.plain_model):
+        learner.share_buffers()  # rank 0's, as DDP's forward would hand them over (parallel.py)
         state.last_val = evaluate_within_memory(  # its batches as they fit in memory (oom.py)
             learner, loader, state, settings.on_oom, lambda batches: evaluate(
                 learner.model, batches, learner.loss_fn, learner.device, learner.precision,
-                learner.channels_last, settings.metrics, learner.target_key,
+                learner.channels_last, settings.metrics, learner.target_key, learner.memory,
             ),
         )  # fmt: skip
     monitors = {"checkpoint.monitor": settings.monitor, "scheduler.monitor": schedule.monitor}

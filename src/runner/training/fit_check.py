@@ -18,6 +18,7 @@ from runner.checkpoint.files import CheckpointError
 from runner.training.batches import BatchError, ModelLoss, describe, forward, items_in_outputs, to_device
 from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.item_counts import ItemCountError
+from runner.training.memory_agreement import Agreement
 from runner.training.modes import evaluation_mode
 from runner.training.oom import OutOfMemoryStop, OutOfMemoryUnsaved, first_part_within_memory
 from runner.training.random_state import kept_random_state
@@ -65,12 +66,13 @@ def check_labels(loss_fn: Callable, outputs: Any, targets: Any) -> None:
 
 def check_fit(
     model: torch.nn.Module, batch: Any, loss_fn: Callable, device: torch.device,
-    autocast: Callable[[], AbstractContextManager], target_key: str,
-) -> None:  # fmt: skip
+    autocast: Callable[[], AbstractContextManager], target_key: str, memory: Agreement | None = None,
+) -> int:  # fmt: skip
     """The model and the loss on ``batch`` once, in eval mode without gradients: every random state
     kept (``random_state.py``), no statistics updated, a carried state (``carried.py``) handed back as
     it was (a resumed run's, loaded from its checkpoint, goes on from there), so the run trains
-    exactly as it would without the check."""
+    exactly as it would without the check. Returns the samples checked: the batch's, or fewer where
+    they did not fit in memory (``memory``: every process alike)."""
     carried = carried_state_of(model)
     kept = None if isinstance(carried, NoCarriedState) else copy.deepcopy(carried.state_dict())
     checked_loss = loss_fn
@@ -82,10 +84,11 @@ def check_fit(
 
     try:
         with evaluation_mode(model), torch.no_grad(), autocast(), kept_random_state():
-            result = first_part_within_memory(  # a batch too large for memory is checked on a part (oom.py)
+            result, checked = first_part_within_memory(  # a batch too large for memory: a part (oom.py)
                 lambda part: forward(model, to_device(part, device), checked_loss, target_key),
                 batch,
                 target_key,
+                memory,
             )
             if isinstance(loss_fn, ModelLoss):  # its count, on any device: read once, here
                 items_in_outputs(result.outputs, read_device=True)
@@ -106,3 +109,4 @@ def check_fit(
     finally:
         if kept is not None:
             carried.load_state_dict(kept)
+    return checked

@@ -19,7 +19,7 @@ import torch
 
 from runner.config.errors import UserError
 from runner.training.batches import count_samples, to_device
-from runner.training.distributed import sum_across_processes
+from runner.training.distributed import average_gradients, broadcast_from_first
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.step import Learner, StepResult, all_processes, global_norm, item_shares, summed
 
@@ -88,30 +88,6 @@ class Step:
         updates.applied[name] = applied and updates.applied.get(name, True)
 
 
-def average_gradients(parameters: list[torch.Tensor], processes: int) -> None:
-    """Each parameter's gradient summed over every process and divided by their number, as DDP
-    averages, in one collective; one that no process has stays None (a flag per parameter rides in the
-    same buffer)."""
-    like = next((p.grad for p in parameters if p.grad is not None), parameters[0].detach())
-    pieces = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in parameters]
-    flags = torch.tensor([p.grad is not None for p in parameters], dtype=like.dtype, device=like.device)
-    flat = sum_across_processes(torch.cat([*(piece.to(like.dtype) for piece in pieces), flags]))
-    sizes = [piece.numel() for piece in pieces]
-    grads, had = flat[: sum(sizes)].div_(processes), flat[sum(sizes) :]
-    for index, (parameter, grad) in enumerate(zip(parameters, grads.split(sizes), strict=True)):
-        if had[index] > 0:
-            parameter.grad = grad.view_as(parameter).to(parameter.dtype).clone()
-
-
-def broadcast_buffers(model: torch.nn.Module) -> None:
-    """Rank 0's buffers (BatchNorm's running statistics) on every process, as DDP does before each
-    forward: every process then evaluates the same model."""
-    if not torch.distributed.is_initialized():
-        return
-    for buffer in model.buffers():
-        torch.distributed.broadcast(buffer, src=0)
-
-
 def losses_of(returned: Any) -> dict[str, torch.Tensor]:
     """What the model's step returned: a scalar loss, or a mapping of named scalar losses."""
     named = returned if isinstance(returned, Mapping) else {"loss": returned}
@@ -139,7 +115,7 @@ def manual_train_step(
     weighed = len(window) > 1 or processes > 1
     shares = item_shares(counts, all_processes(sum(counts), processes), processes) if weighed else [1.0]
     if processes > 1:
-        broadcast_buffers(model)
+        broadcast_from_first(list(model.buffers()))  # rank 0's, as DDP does before a forward
     updates = Updates()
     step = Step(learner, named, check_finite, updates)
     named.zero_grad(set_to_none=True)

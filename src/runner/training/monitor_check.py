@@ -14,6 +14,7 @@ from runner.config.monitors import check_monitored
 from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.fit_check import check_fit
 from runner.training.metrics import uses_loss
+from runner.training.oom import cut
 from runner.training.plan import LoopSettings
 from runner.training.step import Learner
 from runner.training.validation import evaluate
@@ -25,7 +26,10 @@ def check_fit_and_monitors(
 ) -> None:  # fmt: skip
     model = learner.plain_model
     assert model is not None
-    check_fit(model, batch, learner.loss_fn, learner.device, learner.precision.autocast, learner.target_key)
+    checked = check_fit(
+        model, batch, learner.loss_fn, learner.device, learner.precision.autocast, learner.target_key,
+        learner.memory,
+    )  # fmt: skip
     monitors = {"checkpoint.monitor": settings.monitor, "scheduler.monitor": scheduler_monitor}
     monitors |= callback_monitors
     tried = {
@@ -38,8 +42,9 @@ def check_fit_and_monitors(
     carried = carried_state_of(model)
     kept = None if isinstance(carried, NoCarriedState) else copy.deepcopy(carried.state_dict())
     try:
+        part = cut(batch, checked, learner.target_key)[0]  # what fitted in memory
         values = evaluate(
-            model, [batch], learner.loss_fn, learner.device, learner.precision, learner.channels_last,
+            model, [part], learner.loss_fn, learner.device, learner.precision, learner.channels_last,
             copy.deepcopy(tried), learner.target_key,
         )  # fmt: skip
     finally:

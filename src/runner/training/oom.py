@@ -5,9 +5,13 @@ micro-batch and redoes the same window from its start, on the same samples and r
 still yields the batches of ``data.batch_size``: each is cut into micro-batches of the smaller size in
 its own order, so the data order, the window's items and the step's gradient (accumulation is weighted
 by items, ``step.py``) are those of a run configured ``data.batch_size=16`` with twice the
-accumulation. With several processes it stops instead, in one line: the other processes are already
-inside the step's collective operations (DDP's gradient synchronisation, FSDP's gathers), where one
-process cannot redo its part alone.
+accumulation.
+
+With several processes (``strategy=ddp``), every process says after each micro-batch's forward and
+after the window's backward whether it ran out (``memory_agreement.py``: one small collective on the
+CPU): a process that runs out tells the others where they ask, and all split at the same step. With
+``strategy=fsdp`` (its parameter gathers are inside the forward, where one process cannot leave) it
+still stops, in one line.
 """
 
 import dataclasses
@@ -21,6 +25,7 @@ from runner.checkpoint.state import TrainState
 from runner.config.errors import UserError
 from runner.training.batches import count_samples
 from runner.training.carried import NoCarriedState, carried_state_of
+from runner.training.memory_agreement import Agreement, OutOfMemoryOnRank
 from runner.training.random_state import random_states
 from runner.training.step import Learner, StepResult
 
@@ -124,12 +129,23 @@ def update_message(state: TrainState, own_step: bool = False) -> str:
     )
 
 
-def why_not_split(learner: Learner) -> str:
-    if learner.processes > 1:
+def why_not_split(learner: Learner, told: bool) -> str:
+    """``told``: every process learnt it (``memory_agreement.py``); not where it ran out between the
+    points where they agree."""
+    if learner.processes > 1 and not (learner.memory.enabled and told):
         return SEVERAL
     if not isinstance(carried_state_of(learner.plain_model), NoCarriedState):
         return "with a model that carries a state from batch to batch (its state is per batch)"
     return ""
+
+
+def state_buffers(learner: Learner) -> list[torch.Tensor]:
+    """The model's saved state outside its parameters (BatchNorm's running statistics): a forward that
+    ran out of memory may have updated some of it, so a redone window starts from a copy. Found once."""
+    if learner.state_buffers is None:
+        saved = learner.plain_model.state_dict(keep_vars=True).values()
+        learner.state_buffers = [value for value in saved if not isinstance(value, torch.nn.Parameter)]
+    return learner.state_buffers
 
 
 def step_within_memory(
@@ -145,28 +161,33 @@ def step_within_memory(
     each out-of-memory error until it fits. Its new size is logged at the step it starts with."""
     loader_size = max(count_samples(batch, learner.target_key) for batch in window)
     saved = random_states() if on_oom == "split" else None
+    buffers = [(buffer, buffer.clone()) for buffer in state_buffers(learner)] if on_oom == "split" else []
     while True:
         size = state.micro_batch_size or loader_size
         micro_batches = [part for batch in window for part in cut(batch, size, learner.target_key)]
         try:
             return run_step(micro_batches)
-        except torch.OutOfMemoryError as error:
+        except (torch.OutOfMemoryError, OutOfMemoryOnRank) as error:
             # The rest outside the except: the traceback holds the failed micro-batch's activations.
             in_update = in_optimizer_update(error, learner)
+            where = f" on rank {error.rank}" if isinstance(error, OutOfMemoryOnRank) else ""
         free_memory(learner)
         own_step = getattr(learner.optimizer, "train_window", None) is not None  # manual_step.py
         if in_update or own_step:
             raise stop(update_message(state, own_step), learner.processes, in_update=True)
-        reason = why_not_split(learner)
+        reason = why_not_split(learner, told=bool(where))
         if on_oom == "raise" or reason or size == 1:
-            message = stop_message(f"micro-batch {size}", state, on_oom, reason, learner.processes)
-            raise stop(message, learner.processes)
+            # Where all processes learnt it, all stop here alike and can save, as one process does.
+            alike = 1 if where else learner.processes
+            raise stop(stop_message(f"micro-batch {size}", state, on_oom, reason, alike), alike)
         saved.restore()
+        for buffer, kept in buffers:
+            buffer.copy_(kept)
         state.micro_batch_size = size // 2
         parts = sum(len(cut(batch, size // 2, learner.target_key)) for batch in window)
-        log.warning(
-            "out of memory at micro-batch %d: continuing with %d x %d per step", size, size // 2, parts
-        )
+        if learner.memory.rank == 0:  # one line per split: every process takes it alike
+            message = "out of memory at micro-batch %d%s: continuing with %d x %d per step"
+            log.warning(message, size, where, size // 2, parts)
         log_scalar(TAG, float(size // 2), state.step + 1)
 
 
@@ -179,21 +200,29 @@ def evaluate_within_memory(
 ) -> dict[str, float]:
     """``run_evaluation(batches)`` over the loader's batches cut to the run's micro-batch, halved and
     started again on each out-of-memory error (validation sums over items: its values do not change).
-    With several processes it stops: the others are in the collectives of their own forwards."""
+    With several processes all start again together (:class:`Agreement`), or stop where they cannot
+    agree (FSDP)."""
     while True:
         size = state.micro_batch_size
+        where = ""
         try:
             return run_evaluation(_cut_all(loader, size, learner.target_key) if size else loader)
         except torch.OutOfMemoryError:
             pass  # handled outside the except: its traceback holds the failed batch's activations
+        except OutOfMemoryOnRank as error:
+            where = f" on rank {error.rank}"
         free_memory(learner)
         size = size or _loader_size(loader, learner.target_key)
-        reason = SEVERAL if learner.processes > 1 else ""
+        reason = SEVERAL if learner.processes > 1 and not (learner.memory.enabled and where) else ""
         if on_oom == "raise" or size == 1 or reason:
-            where = f"validation batch {size}"
-            raise stop(stop_message(where, state, on_oom, reason, learner.processes), learner.processes)
+            alike = 1 if where else learner.processes
+            message = stop_message(f"validation batch {size}", state, on_oom, reason, alike)
+            raise stop(message, alike)
         state.micro_batch_size = size // 2
-        log.warning("out of memory in validation at batch %d: continuing with %d", size, size // 2)
+        if learner.memory.rank == 0:
+            log.warning(
+                "out of memory in validation at batch %d%s: continuing with %d", size, where, size // 2
+            )
 
 
 def _cut_all(loader: Iterable, size: int, target_key: str) -> Iterator[Any]:
@@ -206,15 +235,21 @@ def _loader_size(loader: Iterable, target_key: str) -> int:
     return size if isinstance(size, int) else count_samples(next(iter(loader)), target_key)
 
 
-def first_part_within_memory(run: Callable[[Any], Any], batch: Any, target_key: str) -> Any:
+def first_part_within_memory(
+    run: Callable[[Any], Any], batch: Any, target_key: str, memory: Agreement | None = None
+) -> tuple[Any, int]:
     """``run`` on the batch, or on its first half, quarter, ... where the whole does not fit in memory:
-    what the first-batch check needs (whether model, data and loss fit together) is in any part."""
+    what the first-batch check needs (whether model, data and loss fit together) is in any part. Returns
+    what ``run`` returned and the part's size. With several processes all halve alike (``memory``)."""
     size = count_samples(batch, target_key)
+    memory = memory or Agreement()
     while True:
         try:
-            return run(cut(batch, size, target_key)[0])
-        except torch.OutOfMemoryError:
-            if size == 1 or (torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1):
+            with memory.evaluation():
+                return run(cut(batch, size, target_key)[0]), size
+        except (torch.OutOfMemoryError, OutOfMemoryOnRank):
+            several = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+            if size == 1 or (several and not memory.enabled):
                 raise OutOfMemoryStop(
                     f"out of memory in the first-batch check, on {size} sample(s): the model and the batch "
                     "do not fit in the device's memory; lower data.batch_size and raise accumulate (the "

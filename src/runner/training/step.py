@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from runner.training.batches import count_samples, forward, items_in_outputs, loss_items, to_device
-from runner.training.distributed import sum_across_processes
+from runner.training.distributed import average_gradients, sum_across_processes
+from runner.training.memory_agreement import Agreement
 from runner.training.phases import phase
 from runner.training.precision import Precision
 from runner.training.reduction import sums_its_loss
@@ -37,7 +38,14 @@ class Learner:
     skip_grad_sync: Callable[[], AbstractContextManager] = nullcontext
     plain_model: nn.Module | None = None  # the module inside any wrapper (callbacks see it); default: model
     processes: int = 1  # that average their gradients (DDP, FSDP): the window's items are summed over them
+    # With several processes under DDP and on_oom=split: where each says whether it ran out of memory
+    # (oom.py); the gradients then averaged after the window's backward, not inside it, and rank 0's
+    # buffers (BatchNorm's running statistics) handed to every process before a window's forwards.
+    memory: Agreement = field(default_factory=Agreement)
+    averages_gradients: bool = False
+    share_buffers: Callable[[], None] = lambda: None
     trainable: list[torch.Tensor] = field(init=False)
+    state_buffers: list[torch.Tensor] | None = field(init=False, default=None)  # oom.py's, found once
 
     def __post_init__(self) -> None:
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
@@ -111,12 +119,16 @@ def train_step(
     )
     said: list[torch.Tensor] = []  # the items a model with its own loss says it averaged over
     losses, weighted_losses = [], []
+    learner.share_buffers()
     for index, batch in enumerate(window):
-        batch = to_device(batch, learner.device, learner.channels_last)
         last_micro_batch = index == len(window) - 1
-        with nullcontext() if last_micro_batch else learner.skip_grad_sync():
+        # With several processes, one that runs out of memory tells the others (memory_agreement.py).
+        syncs = nullcontext() if last_micro_batch else learner.skip_grad_sync()
+        with learner.memory.micro_batch(), syncs:
+            batch = to_device(batch, learner.device, learner.channels_last)
             with precision.autocast(), phase("forward"):  # a named range while profiling (phases.py)
                 result = forward(model, batch, learner.loss_fn, learner.target_key)
+            learner.memory.agree()
             loss, told = result.loss, items_in_outputs(result.outputs)
             # Outputs (an LM's logits) kept past the micro-batch only when asked: they cost memory.
             outputs = result.outputs if keep_last else None
@@ -146,6 +158,9 @@ def train_step(
                 precision.scaler.scale(weighted_loss).backward()
         losses.append(loss.detach())
         weighted_losses.append(weighted_loss.detach())
+    learner.memory.agree()
+    if learner.averages_gradients:
+        average_gradients(learner.trainable, learner.processes)
 
     precision.scaler.unscale_(optimizer)
     if said:

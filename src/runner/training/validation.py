@@ -4,6 +4,7 @@ batches or samples."""
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from runner.training.batches import (
 from runner.training.device import to_floats
 from runner.training.distributed import sum_across_processes
 from runner.training.item_counts import check_counted
+from runner.training.memory_agreement import Agreement
 from runner.training.metrics import uses_loss
 from runner.training.modes import evaluation_mode
 from runner.training.precision import Precision
@@ -45,9 +47,11 @@ def evaluate(
     channels_last: bool,
     metrics: Mapping[str, Any],
     target_key: str,
+    memory: Agreement | None = None,
 ) -> dict[str, float]:
     """``val/loss`` and ``val/<name>`` for each metric that gave a value (accuracy gives none when the
-    outputs are not class scores). The model's train/eval mode is restored after."""
+    outputs are not class scores). The model's train/eval mode is restored after. With several
+    processes, ``memory`` has every process learn that one ran out of memory before the sums."""
     batch_metrics = {name: metric for name, metric in metrics.items() if not uses_loss(metric)}
     for metric in batch_metrics.values():
         metric.reset()
@@ -58,7 +62,9 @@ def evaluate(
     sums = sums_its_loss(loss_fn, model)  # a summed loss: its sum over the samples, per sample
     said = False
     # Draws inside (a model's noise, the loader's seed) come from copies: training draws as without it.
-    with evaluation_mode(model), torch.no_grad(), kept_random_state():
+    # With several processes, one that runs out of memory tells the others (memory_agreement.py).
+    agreeing = memory.evaluation() if memory else nullcontext()
+    with evaluation_mode(model), torch.no_grad(), kept_random_state(), agreeing:
         for batch in loader:
             batch = to_device(batch, device, channels_last)
             with precision.autocast():
