@@ -3,6 +3,9 @@ the run as configured, or the run stops in one line with ``last.pt`` kept (``tra
 model of ``tests/plugins/oom_model.py`` raises ``torch.OutOfMemoryError`` above a batch size."""
 
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -186,3 +189,49 @@ def test_out_of_memory_in_a_step_the_model_writes_is_not_redone_nor_saved():
         OutOfMemoryUnsaved, match="out of memory in a step the model writes at optimizer step 4"
     ):
         step_within_memory(learner, window, TrainState(step=3), "split", lambda *_: None, runs_out)
+
+
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m")
+# A BatchNorm in front: buffers every process must hold alike, and that a forward which ran out of
+# memory has updated already.
+ON_TWO = (*TINY, *RUNS_OUT, "+model.norm=true", "+model.rank=1", "trainer.max_steps=4")
+
+
+def torchrun(*arguments: str, cwd) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(PLUGINS)}
+    command = [*TORCHRUN, "runner", "train", *arguments]
+    return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_with_two_processes_where_one_runs_out_both_split_and_end_as_configured_2_x_8_x_2(tmp_path):
+    """Rank 1 alone runs out at 16 samples: it tells rank 0 and both go on at 8 x 2, the run ending
+    bit-identical (weights, BatchNorm statistics, optimizer, logged losses) to one configured 8 x 2 on 2
+    processes. Where even one sample runs out, both stop at the same point, in one line, and save."""
+    split = torchrun(*ON_TWO, "data.batch_size=16", "+model.limit=8", f"hydra.run.dir={tmp_path / 'split'}",
+                     cwd=tmp_path)  # fmt: skip
+    assert split.returncode == 0, split.stderr[-3000:]
+    said = "out of memory at micro-batch 16 on rank 1: continuing with 8 x 2 per step"
+    assert (split.stdout + split.stderr).count(said) == 1  # one line for the run, not one per process
+    configured = torchrun(*ON_TWO, "data.batch_size=8", "accumulate=2", f"hydra.run.dir={tmp_path / 'conf'}",
+                          cwd=tmp_path)  # fmt: skip
+    assert configured.returncode == 0, configured.stderr[-3000:]
+    ran_out, as_configured = last(tmp_path / "split"), last(tmp_path / "conf")
+    assert ran_out["micro_batch_size"] == 8 and ran_out["global_step"] == 4
+    assert "norm.1.running_mean" in ran_out["model_state_dict"]
+    assert same_weights(ran_out["model_state_dict"], as_configured["model_state_dict"])
+    for index, moments in as_configured["optimizer_state_dict"]["state"].items():
+        assert same_weights(ran_out["optimizer_state_dict"]["state"][index], moments)
+    split_scalars, configured_scalars = read_scalars(tmp_path / "split"), read_scalars(tmp_path / "conf")
+    assert split_scalars["train/loss"] == configured_scalars["train/loss"]
+    assert split_scalars[TAG] == [(1, 8.0)]
+
+    no_norm = [argument for argument in ON_TWO if argument != "+model.norm=true"]  # (it needs 2 samples)
+    stopped = torchrun(*no_norm, "data.batch_size=16", "+model.limit=0", "+model.when=training",
+                       f"hydra.run.dir={tmp_path / 'stopped'}", cwd=tmp_path)  # fmt: skip
+    assert stopped.returncode != 0
+    errors = [line for line in stopped.stderr.splitlines() if line.startswith("runner: error:")]
+    assert errors and set(errors) == {errors[0]}, stopped.stderr[-3000:]  # each process, the same line
+    assert errors[0].startswith("runner: error: out of memory at micro-batch 1, optimizer step 1: even one")
+    assert "OutOfMemoryError" not in stopped.stderr  # no runner traceback (torchrun prints its own report)
+    assert last(tmp_path / "stopped")["global_step"] == 0  # saved, by both processes together

@@ -22,7 +22,7 @@ class Spread:
     skip_grad_sync: Callable[[], AbstractContextManager] = nullcontext  # inside an accumulation window
     notes: dict[str, str] = field(default_factory=dict)  # run plan rows: strategy, activation checkpointing
     share_buffers: Callable[[], None] = lambda: None  # rank 0's buffers to every process (DDP)
-    averages: bool = False  # runner averages the gradients after a window (no DDP wrapper)
+    memory: Agreement = field(default_factory=Agreement)  # enabled: runner averages the gradients (step.py)
 
 
 def memory_agreement(config: RunConfig, process: ProcessInfo) -> Agreement:
@@ -75,7 +75,7 @@ def spread_model(
             "gradients averaged at its update"
         )
         return Spread(forward_model, nullcontext, notes)
-    if process.distributed and memory_agreement(config, process).enabled:
+    if (memory := memory_agreement(config, process)).enabled:
         # No collective inside a backward, where a process that ran out of memory could not tell the others
         # (memory_agreement.py): runner averages the gradients after the window (step.py) and hands rank
         # 0's buffers over before each window and validation, where DDP would in the first forward after
@@ -87,7 +87,7 @@ def spread_model(
         )
         buffers = list(model.buffers())
         forward = compiled_now(forward_model, compile_options(config))
-        return Spread(forward, nullcontext, notes, lambda: broadcast_from_first(buffers), averages=True)
+        return Spread(forward, nullcontext, notes, lambda: broadcast_from_first(buffers), memory)
     if process.distributed:
         from torch.nn.parallel import DistributedDataParallel
 

@@ -25,7 +25,7 @@ from runner.config.typed import as_dict
 from runner.data.loading import SamplerOrder, StreamPosition, batches_per_epoch
 from runner.experiment.finish import Run, resume_advice, watch_of
 from runner.experiment.lock import refuse_if_held, run_dir_lock
-from runner.experiment.parallel import memory_agreement, spread_model
+from runner.experiment.parallel import spread_model
 from runner.experiment.relaunch import resume_command
 from runner.experiment.resume import check_planned_values, check_resume_compatible, check_world_size
 from runner.experiment.runplan import Built, run_plan
@@ -139,8 +139,7 @@ def train_in_this_process(
     learner = Learner(
         spread.forward_model, parts.loss_fn, optimizer, precision, device, speed.channels_last,
         config.data.target_key, skip_grad_sync=spread.skip_grad_sync, plain_model=model,
-        processes=process.world_size, share_buffers=spread.share_buffers, averages_gradients=spread.averages,
-        memory=memory_agreement(config, process),
+        processes=process.world_size, memory=spread.memory, share_buffers=spread.share_buffers,
     )  # fmt: skip
     settings = loop_settings(config, build_named(build, "metrics", config.metrics))
     check_metrics_fit_loss(settings.metrics, parts.loss_fn)

@@ -39,10 +39,9 @@ class Learner:
     plain_model: nn.Module | None = None  # the module inside any wrapper (callbacks see it); default: model
     processes: int = 1  # that average their gradients (DDP, FSDP): the window's items are summed over them
     # With several processes under DDP and on_oom=split: where each says whether it ran out of memory
-    # (oom.py); the gradients then averaged after the window's backward, not inside it, and rank 0's
-    # buffers (BatchNorm's running statistics) handed to every process before a window's forwards.
+    # (memory_agreement.py); enabled, the gradients are averaged after the window's backward, not inside
+    # it, and rank 0's buffers (BatchNorm's running statistics) handed over before a window's forwards.
     memory: Agreement = field(default_factory=Agreement)
-    averages_gradients: bool = False
     share_buffers: Callable[[], None] = lambda: None
     trainable: list[torch.Tensor] = field(init=False)
     state_buffers: list[torch.Tensor] | None = field(init=False, default=None)  # oom.py's, found once
@@ -159,7 +158,7 @@ def train_step(
         losses.append(loss.detach())
         weighted_losses.append(weighted_loss.detach())
     learner.memory.agree()
-    if learner.averages_gradients:
+    if learner.memory.enabled:  # no collective inside a backward (memory_agreement.py)
         average_gradients(learner.trainable, learner.processes)
 
     precision.scaler.unscale_(optimizer)
