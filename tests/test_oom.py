@@ -235,3 +235,16 @@ def test_with_two_processes_where_one_runs_out_both_split_and_end_as_configured_
     assert errors[0].startswith("runner: error: out of memory at micro-batch 1, optimizer step 1: even one")
     assert "OutOfMemoryError" not in stopped.stderr  # no runner traceback (torchrun prints its own report)
     assert last(tmp_path / "stopped")["global_step"] == 0  # saved, by both processes together
+
+
+@pytest.mark.slow
+def test_with_two_processes_validation_splits_alike_where_one_runs_out(tmp_path):
+    """Rank 1 runs out in validation alone (and in the first-batch check): both validate again at 8, and
+    train on at that size."""
+    run_dir = tmp_path / "run"
+    validated = torchrun(*ON_TWO, "+model.when=evaluation", "+model.limit=8", "data.batch_size=16",
+                         "trainer.max_steps=2", f"hydra.run.dir={run_dir}", cwd=tmp_path)  # fmt: skip
+    assert validated.returncode == 0, validated.stderr[-3000:]
+    said = "out of memory in validation at batch 16 on rank 1: continuing with 8"
+    assert (validated.stdout + validated.stderr).count(said) == 1
+    assert last(run_dir)["micro_batch_size"] == 8 and read_scalars(run_dir)["val/loss"]
