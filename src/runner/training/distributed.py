@@ -188,8 +188,8 @@ def average_gradients(parameters: list[torch.Tensor], processes: int) -> None:
     sizes = [piece.numel() for piece in pieces]
     grads, had = flat[: sum(sizes)].div_(processes), flat[sum(sizes) :]
     for index, (parameter, grad) in enumerate(zip(parameters, grads.split(sizes), strict=True)):
-        if had[index] > 0:
-            parameter.grad = grad.view_as(parameter).to(parameter.dtype).clone()
+        if had[index] > 0:  # a view of the reduced buffer: no second copy of every gradient
+            parameter.grad = grad.view_as(parameter).to(parameter.dtype)
 
 
 def any_process(value: int) -> int:
