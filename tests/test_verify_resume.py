@@ -37,6 +37,18 @@ def test_verify_resume_tells_a_setup_that_resumes_exactly_from_one_that_does_not
     assert "state outside state_dict" in lines[3] and "unseeded" in lines[3]
 
 
+@pytest.mark.slow
+def test_verify_resume_under_torchrun(tmp_path):
+    """--nproc-per-node 2: both runs under real torchrun, the kill and the resume included."""
+    env = {"PYTHONPATH": str(PLUGINS)}
+    verified = run_cli("verify-resume", "--nproc-per-node", "2", "--steps", "3", "--kill-at", "2", *SETUP,
+                       cwd=tmp_path, env=env, timeout=400)  # fmt: skip
+    assert verified.returncode == 0, verified.stderr[-3000:]
+    assert verified.stdout.startswith(
+        "resumes exactly: 3 steps uninterrupted, and killed (SIGKILL) at step 2 then resumed from step 1"
+    )
+
+
 def test_the_first_differing_state_is_named_where_the_run_stands_first_then_by_its_path():
     saved = {"global_step": 4, "model_state_dict": {"w": torch.tensor([1.0, float("nan")])},
              "rng_states": {"torch": torch.tensor([1, 2], dtype=torch.uint8)}, "checksum": "a"}  # fmt: skip
