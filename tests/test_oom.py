@@ -9,10 +9,13 @@ import sys
 
 import pytest
 import torch
-from conftest import PLUGINS, TINY, read_scalars, run_cli
+from conftest import PLUGINS, TINY, composed, read_scalars, run_cli
 
 from runner.checkpoint.state import TrainState, saved_keys
 from runner.config.errors import UserError
+from runner.experiment.parallel import memory_agreement
+from runner.training.distributed import ProcessInfo
+from runner.training.memory_agreement import Agreement
 from runner.training.oom import TAG, OutOfMemoryStop, OutOfMemoryUnsaved, cut, step_within_memory
 from runner.training.precision import resolve_precision
 from runner.training.step import Learner, train_step
@@ -248,3 +251,16 @@ def test_with_two_processes_validation_splits_alike_where_one_runs_out(tmp_path)
     said = "out of memory in validation at batch 16 on rank 1: continuing with 8"
     assert (validated.stdout + validated.stderr).count(said) == 1
     assert last(run_dir)["micro_batch_size"] == 8 and read_scalars(run_dir)["val/loss"]
+
+
+def test_the_processes_agree_on_memory_under_ddp_only_where_no_collective_runs_in_the_forward():
+    """Under FSDP (its gathers) or with a SyncBatchNorm (its statistics) a process that runs out inside
+    the forward cannot leave the others: those runs stop as with on_oom=raise instead of splitting."""
+    two = ProcessInfo(rank=1, world_size=2)
+    plain = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    synced = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.SyncBatchNorm(4))
+    assert memory_agreement(composed(), two, plain) == Agreement(rank=1, enabled=True)
+    assert not memory_agreement(composed(), ProcessInfo(), plain).enabled  # one process: no one to tell
+    assert not memory_agreement(composed("on_oom=raise"), two, plain).enabled
+    assert not memory_agreement(composed("strategy=fsdp"), two, plain).enabled
+    assert not memory_agreement(composed(), two, synced).enabled

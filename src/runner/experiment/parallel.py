@@ -25,12 +25,16 @@ class Spread:
     memory: Agreement = field(default_factory=Agreement)  # enabled: runner averages the gradients (step.py)
 
 
-def memory_agreement(config: RunConfig, process: ProcessInfo) -> Agreement:
+def memory_agreement(config: RunConfig, process: ProcessInfo, model: nn.Module) -> Agreement:
     """Where the processes agree that one ran out of memory, so all split alike (``oom.py``): several
-    processes under DDP. Not under FSDP (its parameter gathers are inside the forward, where one process
-    cannot leave), nor for a step the model writes (it is not redone)."""
+    processes under DDP. Not where a collective runs inside the forward, where one process cannot leave
+    the others: FSDP's parameter gathers, a SyncBatchNorm's statistics. Nor for a step the model writes
+    (it is not redone)."""
     ddp = config.strategy == "ddp" and not config.optimizers
-    return Agreement(process.rank, enabled=process.distributed and ddp and config.on_oom == "split")
+    communicates = any(isinstance(module, nn.SyncBatchNorm) for module in model.modules())
+    return Agreement(
+        process.rank, enabled=process.distributed and ddp and not communicates and config.on_oom == "split"
+    )
 
 
 def described(blocks: list[nn.Module]) -> str:
@@ -75,7 +79,7 @@ def spread_model(
             "gradients averaged at its update"
         )
         return Spread(forward_model, nullcontext, notes)
-    if (memory := memory_agreement(config, process)).enabled:
+    if (memory := memory_agreement(config, process, model)).enabled:
         # No collective inside a backward, where a process that ran out of memory could not tell the others
         # (memory_agreement.py): runner averages the gradients after the window (step.py) and hands rank
         # 0's buffers over before each window and validation, where DDP would in the first forward after
