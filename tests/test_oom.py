@@ -210,14 +210,15 @@ def torchrun(*arguments: str, cwd) -> subprocess.CompletedProcess:
 def test_with_two_processes_where_one_runs_out_both_split_and_end_as_configured_2_x_8_x_2(tmp_path):
     """Rank 1 alone runs out at 16 samples: it tells rank 0 and both go on at 8 x 2, the run ending
     bit-identical (weights, BatchNorm statistics, optimizer, logged losses) to one configured 8 x 2 on 2
-    processes. Where even one sample runs out, both stop at the same point, in one line, and save."""
+    processes, in DDP. Where even one sample runs out, both stop at the same point, in one line, and save."""
     split = torchrun(*ON_TWO, "data.batch_size=16", "+model.limit=8", f"hydra.run.dir={tmp_path / 'split'}",
                      cwd=tmp_path)  # fmt: skip
     assert split.returncode == 0, split.stderr[-3000:]
     said = "out of memory at micro-batch 16 on rank 1: continuing with 8 x 2 per step"
     assert (split.stdout + split.stderr).count(said) == 1  # one line for the run, not one per process
-    configured = torchrun(*ON_TWO, "data.batch_size=8", "accumulate=2", f"hydra.run.dir={tmp_path / 'conf'}",
-                          cwd=tmp_path)  # fmt: skip
+    # on_oom=raise: in DDP, whose averaging runner's own (with split) must equal bit for bit.
+    configured = torchrun(*ON_TWO, "data.batch_size=8", "accumulate=2", "on_oom=raise",
+                          f"hydra.run.dir={tmp_path / 'conf'}", cwd=tmp_path)  # fmt: skip
     assert configured.returncode == 0, configured.stderr[-3000:]
     ran_out, as_configured = last(tmp_path / "split"), last(tmp_path / "conf")
     assert ran_out["micro_batch_size"] == 8 and ran_out["global_step"] == 4
@@ -264,3 +265,68 @@ def test_the_processes_agree_on_memory_under_ddp_only_where_no_collective_runs_i
     assert not memory_agreement(composed("on_oom=raise"), two, plain).enabled
     assert not memory_agreement(composed("strategy=fsdp"), two, plain).enabled
     assert not memory_agreement(composed(), two, synced).enabled
+
+
+@pytest.mark.slow
+def test_processes_whose_batches_differ_in_size_halve_the_same_size(tmp_path):
+    """Rank 1 runs out on a batch of 10 while rank 0 holds 16: both go on at 8 (rank 1 alone would take
+    5, and the next windows would be cut into other numbers of micro-batches: a collective mismatch)."""
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [*TORCHRUN[:-1], str(PLUGINS / "uneven_split.py")]
+    ran = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    for rank in (0, 1):
+        said = [line for line in ran.stdout.splitlines() if line.startswith(f"rank {rank} ")]
+        assert said == [f"rank {rank} step 1 micro-batch None", f"rank {rank} step 2 micro-batch 8",
+                        f"rank {rank} step 3 micro-batch 8"]  # fmt: skip
+
+
+class NormedWithExtraState(torch.nn.Module):
+    """Running statistics that a forward changes, a constant table it does not, and extra state that is
+    not a tensor (``get_extra_state``). It runs out of memory once, after its BatchNorm, above 2 samples."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.linear = torch.nn.BatchNorm1d(2), torch.nn.Linear(2, 2)
+        self.register_buffer("table", torch.arange(4.0))
+        self.runs_out = True
+
+    def forward(self, inputs):
+        normed = self.norm(inputs)
+        if self.runs_out and len(inputs) > 2:
+            self.runs_out = False
+            raise torch.OutOfMemoryError("simulated, after the running statistics were updated")
+        return self.linear(normed) + self.table[0]
+
+    def get_extra_state(self):
+        return {"version": 2}
+
+    def set_extra_state(self, state):
+        pass
+
+
+def test_a_redone_window_starts_from_the_buffers_it_began_with_and_only_changing_ones_are_copied():
+    """The first attempt's forward updates the running statistics before it runs out: the redone window
+    starts from the statistics of before it, and ends as the window configured 2 x 2. From then on only
+    the buffers a window changes are copied (not the constant table; extra state that is not a tensor is
+    left alone)."""
+    cpu = torch.device("cpu")
+
+    def learner_of(model):
+        return Learner(model, torch.nn.MSELoss(), torch.optim.SGD(model.parameters(), lr=0.1),
+                       resolve_precision("fp32", cpu), cpu, False, "labels")  # fmt: skip
+
+    split = NormedWithExtraState()
+    configured = NormedWithExtraState()
+    configured.load_state_dict(split.state_dict())
+    configured.runs_out = False
+    window = [(torch.randn(4, 2) + 3.0, torch.zeros(4, 2))]
+    learner = learner_of(split)
+    step_within_memory(learner, window, TrainState(), "split", lambda *_: None,
+                       lambda parts: train_step(learner, parts, clip_norm=None))  # fmt: skip
+    train_step(learner_of(configured), cut(window[0], 2, "labels"), clip_norm=None)
+    saved = [model.state_dict() for model in (split, configured)]
+    assert same_weights(*({k: v for k, v in kept.items() if k != "_extra_state"} for kept in saved))
+    assert [id(buffer) for buffer in learner.changing_buffers] == [
+        id(split.norm.running_mean), id(split.norm.running_var), id(split.norm.num_batches_tracked)
+    ]  # fmt: skip

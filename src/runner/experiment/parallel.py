@@ -1,6 +1,7 @@
 """How a run's model is spread over its processes (``strategy``: DDP or FSDP2) and which of its blocks
 recompute their activations (``activation_checkpointing``), with what the run plan says about it."""
 
+import functools
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -89,9 +90,9 @@ def spread_model(
             f"ddp: a whole copy of the model on each of {process.world_size} processes; gradients averaged "
             "after each window's backward (on_oom=split)"
         )
-        buffers = list(model.buffers())
+        share_buffers = functools.partial(broadcast_from_first, list(model.buffers()))
         forward = compiled_now(forward_model, compile_options(config))
-        return Spread(forward, nullcontext, notes, lambda: broadcast_from_first(buffers), memory)
+        return Spread(forward, notes=notes, share_buffers=share_buffers, memory=memory)
     if process.distributed:
         from torch.nn.parallel import DistributedDataParallel
 

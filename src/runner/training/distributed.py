@@ -8,7 +8,7 @@ without them everything here is the one-process identity, so the engine reads th
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -177,19 +177,33 @@ def broadcast_from_first(tensors: list[torch.Tensor]) -> None:
             tensor.copy_(values.view_as(tensor))
 
 
-def average_gradients(parameters: list[torch.Tensor], processes: int) -> None:
-    """Each parameter's gradient summed over every process and divided by their number, as DDP
-    averages, in one collective; one that no process has stays None (a flag per parameter rides in the
-    same buffer)."""
-    like = next((p.grad for p in parameters if p.grad is not None), parameters[0].detach())
-    pieces = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in parameters]
-    flags = torch.tensor([p.grad is not None for p in parameters], dtype=like.dtype, device=like.device)
-    flat = sum_across_processes(torch.cat([*(piece.to(like.dtype) for piece in pieces), flags]))
-    sizes = [piece.numel() for piece in pieces]
-    grads, had = flat[: sum(sizes)].div_(processes), flat[sum(sizes) :]
-    for index, (parameter, grad) in enumerate(zip(parameters, grads.split(sizes), strict=True)):
-        if had[index] > 0:  # a view of the reduced buffer: no second copy of every gradient
-            parameter.grad = grad.view_as(parameter).to(parameter.dtype)
+def average_gradients(
+    parameters: list[torch.Tensor], processes: int, before_reducing: Callable[[], None] = lambda: None
+) -> None:
+    """Each parameter's gradient averaged over every process as DDP averages it: times 1/processes, then
+    summed, in one collective per dtype and device (DDP's buckets keep them apart too), and copied back
+    into the gradient (its memory layout kept). One that no process has stays None: a flag per
+    parameter rides along. ``before_reducing`` runs once the buffers are built, before any collective:
+    building them may run out of memory (``memory_agreement.py``)."""
+    kinds: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+    for parameter in parameters:
+        kinds.setdefault((parameter.dtype, parameter.device), []).append(parameter)
+    flats = []
+    for same_kind in kinds.values():
+        pieces = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in same_kind]
+        had = [p.grad is not None for p in same_kind]
+        flat = torch.cat([*pieces, torch.tensor(had, dtype=pieces[0].dtype, device=pieces[0].device)])
+        flat[: -len(same_kind)].mul_(1.0 / processes)
+        flats.append(flat)
+    before_reducing()
+    for same_kind, flat in zip(kinds.values(), flats, strict=True):
+        sum_across_processes(flat)
+        grads, flags = flat[: -len(same_kind)].split([p.numel() for p in same_kind]), flat[-len(same_kind) :]
+        for parameter, grad, flag in zip(same_kind, grads, flags.tolist(), strict=True):  # one read per kind
+            if flag > 0:
+                if parameter.grad is None:
+                    parameter.grad = torch.empty_like(parameter)
+                parameter.grad.copy_(grad.view_as(parameter))
 
 
 def any_process(value: int) -> int:

@@ -25,6 +25,7 @@ from runner.checkpoint.state import TrainState
 from runner.config.errors import UserError
 from runner.training.batches import count_samples
 from runner.training.carried import NoCarriedState, carried_state_of
+from runner.training.distributed import any_process
 from runner.training.memory_agreement import Agreement, OutOfMemoryOnRank
 from runner.training.random_state import random_states
 from runner.training.step import Learner, StepResult
@@ -139,13 +140,15 @@ def why_not_split(learner: Learner, told: bool) -> str:
     return ""
 
 
-def state_buffers(learner: Learner) -> list[torch.Tensor]:
-    """The model's saved state outside its parameters (BatchNorm's running statistics): a forward that
-    ran out of memory may have updated some of it, so a redone window starts from a copy. Found once."""
-    if learner.state_buffers is None:
-        saved = learner.plain_model.state_dict(keep_vars=True).values()
-        learner.state_buffers = [value for value in saved if not isinstance(value, torch.nn.Parameter)]
-    return learner.state_buffers
+def buffers_to_keep(learner: Learner) -> list[torch.Tensor]:
+    """The model's saved tensors outside its parameters (BatchNorm's running statistics): a forward that
+    ran out of memory may have updated some already, so a redone window starts from copies. All of them
+    for the first window; from then on only those it changed (a causal mask is not copied every step)."""
+    if learner.changing_buffers is not None:
+        return learner.changing_buffers
+    saved = learner.plain_model.state_dict(keep_vars=True).values()  # extra state may be any object
+    tensors = [value for value in saved if isinstance(value, torch.Tensor)]
+    return [tensor for tensor in tensors if not isinstance(tensor, torch.nn.Parameter)]
 
 
 def step_within_memory(
@@ -161,17 +164,22 @@ def step_within_memory(
     each out-of-memory error until it fits. Its new size is logged at the step it starts with."""
     loader_size = max(count_samples(batch, learner.target_key) for batch in window)
     saved = random_states() if on_oom == "split" else None
-    buffers = [(buffer, buffer.clone()) for buffer in state_buffers(learner)] if on_oom == "split" else []
+    buffers = [(buffer, buffer.clone()) for buffer in buffers_to_keep(learner)] if on_oom == "split" else []
     while True:
         size = state.micro_batch_size or loader_size
         micro_batches = [part for batch in window for part in cut(batch, size, learner.target_key)]
         try:
-            return run_step(micro_batches)
+            result = run_step(micro_batches)
+            if learner.changing_buffers is None and on_oom == "split":
+                learner.changing_buffers = [kept for kept, copy in buffers if not torch.equal(kept, copy)]
+            return result
         except (torch.OutOfMemoryError, OutOfMemoryOnRank) as error:
             # The rest outside the except: the traceback holds the failed micro-batch's activations.
             in_update = in_optimizer_update(error, learner)
             where = f" on rank {error.rank}" if isinstance(error, OutOfMemoryOnRank) else ""
         free_memory(learner)
+        if where:  # every process learnt it here: all halve the same size (their batches may differ)
+            size = any_process(size)
         own_step = getattr(learner.optimizer, "train_window", None) is not None  # manual_step.py
         if in_update or own_step:
             raise stop(update_message(state, own_step), learner.processes, in_update=True)
@@ -213,6 +221,8 @@ def evaluate_within_memory(
             where = f" on rank {error.rank}"
         free_memory(learner)
         size = size or _loader_size(loader, learner.target_key)
+        if where:  # every process learnt it here: all halve the same size
+            size = any_process(size)
         reason = SEVERAL if learner.processes > 1 and not (learner.memory.enabled and where) else ""
         if on_oom == "raise" or size == 1 or reason:
             alike = 1 if where else learner.processes
@@ -248,6 +258,8 @@ def first_part_within_memory(
             with memory.evaluation():
                 return run(cut(batch, size, target_key)[0]), size
         except (torch.OutOfMemoryError, OutOfMemoryOnRank):
+            if memory.enabled:  # every process is here: all halve the same size
+                size = any_process(size)
             several = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
             if size == 1 or (several and not memory.enabled):
                 raise OutOfMemoryStop(

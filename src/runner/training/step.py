@@ -44,7 +44,8 @@ class Learner:
     memory: Agreement = field(default_factory=Agreement)
     share_buffers: Callable[[], None] = lambda: None
     trainable: list[torch.Tensor] = field(init=False)
-    state_buffers: list[torch.Tensor] | None = field(init=False, default=None)  # oom.py's, found once
+    # The buffers a window changes (oom.py copies them before each): None until a first window showed it.
+    changing_buffers: list[torch.Tensor] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
@@ -157,9 +158,11 @@ def train_step(
                 precision.scaler.scale(weighted_loss).backward()
         losses.append(loss.detach())
         weighted_losses.append(weighted_loss.detach())
-    learner.memory.agree()
-    if learner.memory.enabled:  # no collective inside a backward (memory_agreement.py)
-        average_gradients(learner.trainable, learner.processes)
+    # The window's last agreement (memory_agreement.py), after its backward and after the copy the
+    # gradients are averaged in (it may run out too); with it, no collective ran inside a backward.
+    with learner.memory.micro_batch():
+        if learner.memory.enabled:
+            average_gradients(learner.trainable, learner.processes, before_reducing=learner.memory.agree)
 
     precision.scaler.unscale_(optimizer)
     if said:
