@@ -1,6 +1,9 @@
 """Run under torchrun with 2 processes by tests/test_oom.py: the two ranks' windows hold batches of other
 sizes (16 on rank 0, 10 on rank 1, as a stream's short last batch) at the step where rank 1 runs out.
-Both must halve the same size: each prints its micro-batch size after every step."""
+Both must halve the same size: each writes its micro-batch size after every step to ``rank<N>.txt``
+(the ranks' printed lines would interleave)."""
+
+from pathlib import Path
 
 import torch
 import torch.distributed as torch_dist
@@ -34,13 +37,14 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     learner = Learner(model, nn.functional.cross_entropy, optimizer, resolve_precision("fp32", cpu), cpu,
                       False, "labels", processes=2, memory=Agreement(rank, enabled=True))  # fmt: skip
-    state = TrainState()
+    state, said = TrainState(), []
     for size in {0: [16, 16, 16], 1: [16, 10, 16]}[rank]:
         window = [(torch.randn(size, 4), torch.randint(0, 2, (size,)))]
         step_within_memory(learner, window, state, "split", lambda *_: None,
                            lambda parts: train_step(learner, parts, clip_norm=None))  # fmt: skip
         state.step += 1
-        print(f"rank {rank} step {state.step} micro-batch {state.micro_batch_size}", flush=True)
+        said.append(f"step {state.step} micro-batch {state.micro_batch_size}")
+    Path(f"rank{rank}.txt").write_text("\n".join(said))
     torch_dist.destroy_process_group()
 
 
