@@ -491,46 +491,6 @@ def test_optuna_dashboard_shows_the_study_of_a_search(tmp_path):
         dashboard.wait(timeout=30)
 
 
-BAD_PRESET = """# @package _global_
-defaults:
-  - override /hydra/sweeper: optuna
-hydra:
-  sweeper:
-    params:
-      optimizer.lrr: interval(1e-4, 1e-2)
-"""
-
-
-@pytest.mark.parametrize(
-    ("overrides", "says"),
-    [
-        (("hydra.sweeper.direction=up",), "hydra.sweeper.direction=up: a direction is minimize or maximize"),
-        (
-            ("hydra.sweeper.n_trials=0",),
-            "hydra.sweeper.n_trials=0 is not allowed; it must be an integer >= 1",
-        ),
-        (("hydra.sweeper.storage=bogus://nowhere",), "hydra.sweeper.storage=bogus://nowhere: cannot open it"),
-        (
-            ("hydra/sweeper/pruner=percentile", "hydra.sweeper.pruner.percentile=150"),
-            "hydra.sweeper.pruner: ",
-        ),
-        (("hydra/sweeper/sampler=grid",), "hydra.sweeper.params.optimizer.lr: the grid sampler takes choice"),
-        (("hydra.sweeper.direction=maximize",), "direction=maximize for val/loss, but checkpoint.mode=min"),
-        (("hparams_search=bad",), "hydra.sweeper.params.optimizer.lrr: the config has no key optimizer.lrr"),
-    ],
-)
-def test_a_search_that_cannot_run_is_refused_in_one_line_writing_nothing(tmp_path, overrides, says):
-    (tmp_path / "conf" / "hparams_search").mkdir(parents=True)
-    (tmp_path / "conf" / "hparams_search" / "bad.yaml").write_text(BAD_PRESET)
-    searchpath = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
-    result = run_cli("train", "-m", "hparams_search=digits_optuna", *overrides, searchpath,
-                     "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith("runner: error: ") and says in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "sweep").exists()
-
-
 def test_the_grid_sampler_runs_every_combination_once(tmp_path):
     result = run_cli(
         "train", "-m", *SEARCH, "trainer.max_steps=4", "hydra/sweeper/sampler=grid",
