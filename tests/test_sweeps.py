@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,10 +47,17 @@ def hparams_of_run(run_dir):
             for name, value in info.hparams.items()}  # fmt: skip
 
 
-def test_grid_sweep_summarises_itself(tmp_path):
-    result = run_cli("train", "-m", "optimizer.lr=0.001,0.01", "seed=0,1", *TINY, cwd=tmp_path)
+@pytest.fixture(scope="module")
+def grid_sweep(tmp_path_factory) -> Path:
+    """A grid sweep of 4 jobs through the CLI, once per module (a test that changes it copies it first)."""
+    place = tmp_path_factory.mktemp("grid")
+    result = run_cli("train", "-m", "optimizer.lr=0.001,0.01", "seed=0,1", *TINY, cwd=place)
     assert result.returncode == 0, result.stderr
-    directory = sweep_dir(tmp_path)
+    return sweep_dir(place)
+
+
+def test_grid_sweep_summarises_itself(grid_sweep):
+    directory = grid_sweep
     rows = summary_rows(directory)
     assert len(rows) == 4
     best_values = [float(row["best_val_loss"]) for row in rows]
@@ -82,6 +90,25 @@ def test_grid_sweep_summarises_itself(tmp_path):
         assert f"seed={hparams['seed']}" in overrides  # an integer, recorded as its text
         # The hparams live in the job's own run, not in a stray sub-run.
         assert not [path for path in run.iterdir() if path.is_dir() and any(path.glob("events.*"))]
+
+
+def test_report_rebuilds_the_summary_of_an_interrupted_sweep(tmp_path, grid_sweep):
+    directory = tmp_path / "sweep"
+    shutil.copytree(grid_sweep, directory)
+    for name in ("summary.csv", "summary.md", "summary.png"):
+        (directory / name).unlink()
+    (job_dir(directory, 1) / "result.json").unlink()  # as if job 1 had been killed
+    report = run_cli("report", str(directory), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    rows = {row["job"]: row for row in summary_rows(directory)}
+    assert rows["1"]["status"] == "incomplete" and rows["1"]["steps"] == "6"
+    assert rows["0"]["status"] == "ok"
+    assert (directory / "summary.png").exists()
+    assert "| job | status | optimizer.lr |" in report.stdout
+
+    single = run_cli("report", str(directory / "0"), cwd=tmp_path)  # job 0, by its number
+    assert single.returncode == 0, single.stderr
+    assert len(summary_rows(job_dir(directory, 0))) == 1
 
 
 def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
@@ -134,26 +161,6 @@ def test_a_failing_job_does_not_stop_the_others(tmp_path):
     assert rows["0"]["status"] == rows["2"]["status"] == "ok"
     log = (job_dir(directory, 1) / "train.log").read_text()
     assert "Traceback" in log and "deliberate failure for the test" in log
-
-
-def test_report_rebuilds_the_summary_of_an_interrupted_sweep(tmp_path):
-    result = run_cli("train", "-m", "optimizer.lr=0.001,0.01", *TINY, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    directory = sweep_dir(tmp_path)
-    for name in ("summary.csv", "summary.md", "summary.png"):
-        (directory / name).unlink()
-    (job_dir(directory, 1) / "result.json").unlink()  # as if job 1 had been killed
-    report = run_cli("report", str(directory), cwd=tmp_path)
-    assert report.returncode == 0, report.stderr
-    rows = {row["job"]: row for row in summary_rows(directory)}
-    assert rows["1"]["status"] == "incomplete" and rows["1"]["steps"] == "6"
-    assert rows["0"]["status"] == "ok"
-    assert (directory / "summary.png").exists()
-    assert "| job | status | optimizer.lr |" in report.stdout
-
-    single = run_cli("report", str(directory / "0"), cwd=tmp_path)  # job 0, by its number
-    assert single.returncode == 0, single.stderr
-    assert len(summary_rows(job_dir(directory, 0))) == 1
 
 
 def test_sweeps_started_together_get_their_own_directories(tmp_path):
@@ -459,11 +466,20 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def test_optuna_dashboard_shows_the_study_of_a_search(tmp_path):
-    directory = tmp_path / "search"
+@pytest.fixture(scope="module")
+def finished_search(tmp_path_factory) -> Path:
+    """A search of 2 trials through the CLI, its study in its sweep directory, once per module (tests
+    copy it first: a study in the sweep directory goes with the directory)."""
+    place = tmp_path_factory.mktemp("search")
     result = run_cli("train", "-m", *SEARCH, "trainer.max_steps=4", "hydra.sweeper.n_trials=2",
-                     f"hydra.sweep.dir={directory}", cwd=tmp_path)  # fmt: skip
+                     "hydra.sweep.dir=sweep", cwd=place)  # fmt: skip
     assert result.returncode == 0, result.stderr
+    return place / "sweep"
+
+
+def test_optuna_dashboard_shows_the_study_of_a_search(tmp_path, finished_search):
+    directory = tmp_path / "search"
+    shutil.copytree(finished_search, directory)
     port = free_port()
     command = os.path.join(os.path.dirname(sys.executable), "optuna-dashboard")  # the README's command
     dashboard = subprocess.Popen(
@@ -491,6 +507,18 @@ def test_optuna_dashboard_shows_the_study_of_a_search(tmp_path):
         dashboard.wait(timeout=30)
 
 
+def test_a_finished_search_run_again_with_other_settings_is_refused(tmp_path, finished_search):
+    shutil.copytree(finished_search, tmp_path / "sweep")
+    before = {job: untouched(job_dir(tmp_path / "sweep", job)) for job in (0, 1)}
+    multirun = (tmp_path / "sweep" / "multirun.yaml").read_bytes()
+    other = run_cli("train", "-m", *SEARCH, "trainer.max_steps=4", "hydra.sweeper.n_trials=2", "seed=7",
+                    "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
+    assert other.returncode == 2, other.stderr
+    assert "the sweep directory belongs to another search" in other.stderr and "Traceback" not in other.stderr
+    assert {job: untouched(job_dir(tmp_path / "sweep", job)) for job in (0, 1)} == before
+    assert (tmp_path / "sweep" / "multirun.yaml").read_bytes() == multirun
+
+
 def test_the_grid_sampler_runs_every_combination_once(tmp_path):
     result = run_cli(
         "train", "-m", *SEARCH, "trainer.max_steps=4", "hydra/sweeper/sampler=grid",
@@ -503,17 +531,3 @@ def test_the_grid_sampler_runs_every_combination_once(tmp_path):
         ("0.001", "[32]"), ("0.001", "[64]"), ("0.01", "[32]"), ("0.01", "[64]"),
     ]  # fmt: skip
     assert all(row["status"] == "ok" for row in rows)
-
-
-def test_a_finished_search_run_again_with_other_settings_is_refused(tmp_path):
-    first = run_cli("train", "-m", *SEARCH, "trainer.max_steps=4", "hydra.sweeper.n_trials=2",
-                    "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
-    assert first.returncode == 0, first.stderr
-    before = {job: untouched(job_dir(tmp_path / "sweep", job)) for job in (0, 1)}
-    multirun = (tmp_path / "sweep" / "multirun.yaml").read_bytes()
-    other = run_cli("train", "-m", *SEARCH, "trainer.max_steps=4", "hydra.sweeper.n_trials=2", "seed=7",
-                    "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
-    assert other.returncode == 2, other.stderr
-    assert "the sweep directory belongs to another search" in other.stderr and "Traceback" not in other.stderr
-    assert {job: untouched(job_dir(tmp_path / "sweep", job)) for job in (0, 1)} == before
-    assert (tmp_path / "sweep" / "multirun.yaml").read_bytes() == multirun
