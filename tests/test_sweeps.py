@@ -20,6 +20,8 @@ from conftest import REPO, job_dir, read_scalars, run_cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from runner.cli.main import main
+
 pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
 
 TINY = (
@@ -416,16 +418,26 @@ def test_sigterm_while_a_job_starts_stops_the_sweep_there(tmp_path):
     assert [row["status"] for row in summary_rows(directory)] == ["ok", "incomplete"]
 
 
-def test_a_sweep_directory_of_another_sweep_is_refused_and_left_as_it_was(tmp_path):
+def refused_here(tmp_path, monkeypatch, capsys, *arguments: str) -> str:
+    """``python -m runner ARGUMENTS`` from ``tmp_path`` in this process (the real main, Hydra and all:
+    a refusal needs no process of its own): exit 2; what it wrote to stderr."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(list(arguments))
+    error = capsys.readouterr().err
+    assert exited.value.code == 2, error
+    return error
+
+
+def test_a_sweep_directory_of_another_sweep_is_refused_and_left_as_it_was(tmp_path, monkeypatch, capsys):
     first = run_cli("train", "-m", *TINY, "seed=1,2", "hydra.sweep.dir=sweep", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     before = untouched(job_dir(tmp_path / "sweep", 0))
-    other = run_cli("train", "-m", *TINY, "seed=5,6", "hydra.sweep.dir=sweep", cwd=tmp_path)
-    assert other.returncode == 2
-    assert "holds a run of other settings (seed (1 there, 5 now)): this sweep directory belongs to " in (
-        other.stderr
+    other = refused_here(
+        tmp_path, monkeypatch, capsys, "train", "-m", *TINY, "seed=5,6", "hydra.sweep.dir=sweep"
     )
-    assert "Traceback" not in other.stderr
+    assert "holds a run of other settings (seed (1 there, 5 now)): this sweep directory belongs to " in other
+    assert "Traceback" not in other
     assert untouched(job_dir(tmp_path / "sweep", 0)) == before
 
 
@@ -507,14 +519,15 @@ def test_optuna_dashboard_shows_the_study_of_a_search(tmp_path, finished_search)
         dashboard.wait(timeout=30)
 
 
-def test_a_finished_search_run_again_with_other_settings_is_refused(tmp_path, finished_search):
+def test_a_finished_search_run_again_with_other_settings_is_refused(
+    tmp_path, finished_search, monkeypatch, capsys
+):
     shutil.copytree(finished_search, tmp_path / "sweep")
     before = {job: untouched(job_dir(tmp_path / "sweep", job)) for job in (0, 1)}
     multirun = (tmp_path / "sweep" / "multirun.yaml").read_bytes()
-    other = run_cli("train", "-m", *SEARCH, "trainer.max_steps=4", "hydra.sweeper.n_trials=2", "seed=7",
-                    "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
-    assert other.returncode == 2, other.stderr
-    assert "the sweep directory belongs to another search" in other.stderr and "Traceback" not in other.stderr
+    other = refused_here(tmp_path, monkeypatch, capsys, "train", "-m", *SEARCH, "trainer.max_steps=4",
+                         "hydra.sweeper.n_trials=2", "seed=7", "hydra.sweep.dir=sweep")  # fmt: skip
+    assert "the sweep directory belongs to another search" in other and "Traceback" not in other
     assert {job: untouched(job_dir(tmp_path / "sweep", job)) for job in (0, 1)} == before
     assert (tmp_path / "sweep" / "multirun.yaml").read_bytes() == multirun
 
