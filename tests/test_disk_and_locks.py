@@ -354,17 +354,6 @@ def test_a_read_only_checkpoint_folder_is_one_line(tmp_path, run_dir):
     assert not (run_dir / LOCK_FILE).exists()
 
 
-@pytest.mark.slow
-def test_report_skips_an_empty_result_json_with_a_warning(tmp_path, run_dir):
-    result = run_cli("train", *TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    (run_dir / RESULT_FILE).write_text("")  # what a full disk left before results were written atomically
-    report = run_cli("report", str(run_dir), cwd=tmp_path)
-    assert report.returncode == 0, report.stderr
-    assert report.stderr.strip() == f"runner: warning: skipping {run_dir / RESULT_FILE}: it is empty"
-    assert "incomplete" in (run_dir / "summary.md").read_text()
-
-
 TARGET = "data.dataset._target_=slow_data.slow_classification"  # a resume names the plug-in's code again
 SLOW = (
     "data=classification", TARGET,
@@ -431,9 +420,18 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_ones_lock_is_
 
 
 @pytest.mark.slow
-def test_resuming_a_finished_run_says_so_exits_0_and_writes_nothing(tmp_path, run_dir):
-    result = run_cli("train", *TINY, f"hydra.run.dir={run_dir}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+def test_report_skips_an_empty_result_json_with_a_warning(tmp_path, run_dir, finished_run):
+    shutil.copytree(finished_run, run_dir)  # the module's tiny run (TINY through the CLI), as this test's own
+    (run_dir / RESULT_FILE).write_text("")  # what a full disk left before results were written atomically
+    report = run_cli("report", str(run_dir), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert report.stderr.strip() == f"runner: warning: skipping {run_dir / RESULT_FILE}: it is empty"
+    assert "incomplete" in (run_dir / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_resuming_a_finished_run_says_so_exits_0_and_writes_nothing(tmp_path, run_dir, finished_run):
+    shutil.copytree(finished_run, run_dir)  # the module's tiny run (TINY through the CLI), as this test's own
     before = snapshot(run_dir, skip=(".hydra", "train.log"))  # Hydra's own files: undone by the command line
     last = run_dir / "checkpoints" / "last.pt"
     for again in (

@@ -205,18 +205,19 @@ def test_a_sweep_under_torchrun_runs_each_job_on_every_rank(tmp_path):
 
 @pytest.mark.parametrize("model", ["causal_lm.TinyCausalLM", "counted_lm.CountedCausalLM"],
                          ids=["counted-from-labels", "said-by-the-model"])  # fmt: skip
-def test_two_processes_weigh_padded_lm_batches_by_every_process_tokens(tmp_path, model):
+def test_two_processes_weigh_padded_lm_batches_by_every_process_tokens(
+    tmp_path, model, train_here, monkeypatch
+):
     """Lines of different lengths: 2 processes x 1 line x accumulate 2 give the weights of 1 process x 4
     lines, because each micro-batch weighs by its tokens over all the processes' tokens of the step,
-    counted from the labels or said by the model's output."""
+    counted from the labels or said by the model's output. The one process trains in this process (the
+    real composed config): only the two need processes of their own."""
     example = REPO / "examples" / "causal_lm"
     env = {**ENV, "PYTHONPATH": str(example) + os.pathsep + ENV["PYTHONPATH"]}
     lm = (f"hydra.searchpath=[file://{example / 'conf'}]", "+experiment=causal_lm", "callbacks=none",
           f"model._target_={model}", "model.width=16", "model.layers=1", "trainer.max_steps=4")  # fmt: skip
-    single = run_cli(
-        "train", *lm, "data.batch_size=4", f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path, env=env
-    )
-    assert single.returncode == 0, single.stderr
+    monkeypatch.syspath_prepend(str(example))  # as env's PYTHONPATH (train_here adds the test plug-ins)
+    train_here(*lm, "data.batch_size=4", run_dir=tmp_path / "one")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
                "runner", "train", *lm, "data.batch_size=1", "accumulate=2",
                f"hydra.run.dir={tmp_path / 'two'}"]  # fmt: skip

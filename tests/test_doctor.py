@@ -1,17 +1,18 @@
 """runner doctor: each deliberately broken setup is caught by the right check, and by no earlier one."""
 
 import json
-import os
+import logging
 from dataclasses import dataclass
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import PLUGINS, REPO, composed, run_cli
+from conftest import PLUGINS, composed
 from hydra.utils import instantiate
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from runner.cli.main import main
 from runner.data.loading import make_loaders
 from runner.experiment.setup import build_optimizer, prepare
 from runner.tools.doctor import FAIL, PASS, SKIP, Setup, run_checks
@@ -416,52 +417,58 @@ def test_model_loss_that_is_not_a_scalar_fails_check_2_saying_what_to_return():
     assert results[1].advice
 
 
-@pytest.mark.slow
-def test_doctor_command_on_the_default_experiment(tmp_path):
-    result = run_cli("doctor", cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "all checks passed" in result.stdout
-    assert "1. [pass] one batch loads: inputs (32, 1, 8, 8) float32 in [0, 1]" in result.stdout
+@pytest.fixture
+def doctor(tmp_path, monkeypatch, capsys):
+    """``python -m runner doctor ARGUMENTS`` from ``tmp_path`` (the test plug-ins importable), in this
+    process: the real command line, Hydra and all; its exit status and what it printed."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    for logger in [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)]:
+        monkeypatch.setattr(logger, "disabled", logger.disabled)  # doctor's job_logging=disabled sets them
+
+    def run(*arguments: str) -> tuple[int, str]:
+        with pytest.raises(SystemExit) as exited:
+            main(["doctor", *arguments])
+        return exited.value.code, capsys.readouterr().out
+
+    return run
+
+
+def test_doctor_command_on_the_default_experiment(tmp_path, doctor):
+    code, out = doctor()
+    assert code == 0, out
+    assert "all checks passed" in out
+    assert "1. [pass] one batch loads: inputs (32, 1, 8, 8) float32 in [0, 1]" in out
     assert not list(tmp_path.iterdir())  # the doctor writes nothing
 
 
-@pytest.mark.slow
-def test_doctor_command_json_names_the_failing_check(tmp_path):
-    plugins = str(REPO / "tests" / "plugins")
-    result = run_cli(
-        "doctor", "--json", "data=regression", "data.dataset._target_=broken.squeezed_regression",
-        cwd=tmp_path, env={"PYTHONPATH": plugins + os.pathsep + os.environ.get("PYTHONPATH", "")},
-    )  # fmt: skip
-    assert result.returncode == 1, result.stderr
-    checks = json.loads(result.stdout)
+def test_doctor_command_json_names_the_failing_check(doctor):
+    code, out = doctor("--json", "data=regression", "data.dataset._target_=broken.squeezed_regression")
+    assert code == 1, out
+    checks = json.loads(out)
     assert next(check["number"] for check in checks if check["status"] == FAIL) == 2
     assert "broadcasts" in checks[1]["found"]
 
 
-@pytest.mark.slow
-def test_doctor_command_says_nan_for_a_model_whose_outputs_are_nan(tmp_path):
-    result = run_cli(
-        "doctor", "--json", *TINY_DATA, "model._target_=nan_model.SqrtOutputs",
-        cwd=tmp_path, env={"PYTHONPATH": str(PLUGINS) + os.pathsep + os.environ.get("PYTHONPATH", "")},
-    )  # fmt: skip
-    assert result.returncode == 1, result.stdout + result.stderr
-    checks = json.loads(result.stdout)
+def test_doctor_command_says_nan_for_a_model_whose_outputs_are_nan(tmp_path, doctor):
+    code, out = doctor("--json", *TINY_DATA, "model._target_=nan_model.SqrtOutputs")
+    assert code == 1, out
+    checks = json.loads(out)
     assert [check["number"] for check in checks] == list(range(1, 9))
     assert [check["status"] for check in checks] == [PASS] * 3 + [FAIL] * 5, checks
     assert checks[3]["found"].startswith("the loss is NaN: the model's outputs contain "), checks[3]
     assert checks[5]["found"].startswith("the parameters are NaN after one optimizer step"), checks[5]
     assert checks[6]["found"].startswith("the model's outputs in eval() contain "), checks[6]
     assert "NaN" in checks[6]["found"], checks[6]
-    assert "dropout" not in result.stdout and "randomness" not in result.stdout
+    assert "dropout" not in out and "randomness" not in out
     assert not list(tmp_path.iterdir())  # the doctor writes nothing
 
 
-@pytest.mark.slow
-def test_doctor_command_says_a_learning_rate_that_makes_the_loss_nan_in_one_step(tmp_path):
-    result = run_cli("doctor", *TINY_DATA, "optimizer.lr=1e30", cwd=tmp_path)
-    assert result.returncode == 1, result.stdout + result.stderr
+def test_doctor_command_says_a_learning_rate_that_makes_the_loss_nan_in_one_step(doctor):
+    code, out = doctor(*TINY_DATA, "optimizer.lr=1e30")
+    assert code == 1, out
     assert "6. [FAIL] parameters change after optimizer.step(): one optimizer step (lr 1e+30) made " \
-        "the loss on the same batch NaN" in result.stdout, result.stdout  # fmt: skip
-    assert "7. [pass] validation runs in eval() without gradients" in result.stdout, result.stdout
-    assert "8. [FAIL] sanity run: overfit one batch: the loss went NaN at step 2" in result.stdout
-    assert "dropout" not in result.stdout
+        "the loss on the same batch NaN" in out, out  # fmt: skip
+    assert "7. [pass] validation runs in eval() without gradients" in out, out
+    assert "8. [FAIL] sanity run: overfit one batch: the loss went NaN at step 2" in out
+    assert "dropout" not in out

@@ -14,6 +14,7 @@ from test_distributed import process_tree, torchrun, zombie
 
 from runner.checkpoint.files import load_checkpoint
 from runner.checkpoint.locate import own_checkpoint
+from runner.cli.main import main
 
 pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
 
@@ -45,11 +46,10 @@ def weights(run_dir, name="last"):
     ],
     ids=str,
 )
-def test_two_sharded_processes_equal_one_process(tmp_path, settings):
-    """2 processes x batch 16 with FSDP2 give the weights and losses of 1 process x batch 32."""
-    one = run_cli("train", *TRANSFORMER, *settings, "data.batch_size=32", f"hydra.run.dir={tmp_path / 'one'}",
-                  cwd=tmp_path)  # fmt: skip
-    assert one.returncode == 0, one.stderr
+def test_two_sharded_processes_equal_one_process(tmp_path, settings, train_here):
+    """2 processes x batch 16 with FSDP2 give the weights and losses of 1 process x batch 32 (trained in
+    this process with the real composed config: only the two need processes of their own)."""
+    train_here(*TRANSFORMER, *settings, "data.batch_size=32", run_dir=tmp_path / "one")
     two = torchrun(*TRANSFORMER, *settings, "strategy=fsdp", "data.batch_size=16",
                    f"hydra.run.dir={tmp_path / 'two'}", cwd=tmp_path)  # fmt: skip
     assert two.returncode == 0, two.stderr
@@ -121,9 +121,10 @@ def test_sigkill_during_a_sharded_save_then_resume_is_bit_identical(tmp_path):
         assert read_scalars(killed)[tag] == read_scalars(tmp_path / "reference")[tag], tag
 
 
-def test_async_saves_reshard_on_resume_and_consolidate(tmp_path):
+def test_async_saves_reshard_on_resume_and_consolidate(tmp_path, monkeypatch, capsys):
     """checkpoint.async_save=true saves what a blocking save does; a checkpoint of two processes
-    continues on one only with resume_reshard=true; consolidate gives a file eval reads."""
+    continues on one only with resume_reshard=true; consolidate gives a file eval reads. The refusal,
+    consolidate and eval run the real command line in this process: none needs a process of its own."""
     run_dir = tmp_path / "async"
     settings = (*TRANSFORMER, "strategy=fsdp", "data.batch_size=16", "trainer.max_steps=6",
                 "checkpoint.every_n_steps=2", "checkpoint.keep_last=10")  # fmt: skip
@@ -136,9 +137,12 @@ def test_async_saves_reshard_on_resume_and_consolidate(tmp_path):
         saved, expected = weights(run_dir, name), weights(tmp_path / "blocking", name)
         assert all(torch.equal(saved[key], expected[key]) for key in expected), name
 
-    alone = run_cli("train", f"resume={run_dir}", "trainer.max_steps=8", cwd=tmp_path)
-    assert alone.returncode == 2
-    assert "saved by 2 process(es), resumed with 1" in alone.stderr and "resume_reshard=true" in alone.stderr
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as alone:
+        main(["train", f"resume={run_dir}", "trainer.max_steps=8"])
+    assert alone.value.code == 2
+    refused = capsys.readouterr().err
+    assert "saved by 2 process(es), resumed with 1" in refused and "resume_reshard=true" in refused
     resharded = run_cli(
         "train", f"resume={run_dir}", "trainer.max_steps=8", "resume_reshard=true", cwd=tmp_path
     )
@@ -146,11 +150,11 @@ def test_async_saves_reshard_on_resume_and_consolidate(tmp_path):
     assert "the data order differs from the interrupted run's" in resharded.stdout + resharded.stderr
     assert load_checkpoint(run_dir / "checkpoints" / "last")["global_step"] == 8
 
-    consolidated = run_cli("consolidate", str(run_dir / "checkpoints" / "last"), cwd=tmp_path)
-    assert consolidated.returncode == 0, consolidated.stderr
-    evaluated = run_cli("eval", f"ckpt={run_dir / 'consolidated' / 'last.pt'}", cwd=tmp_path)
-    assert evaluated.returncode == 0, evaluated.stderr
+    main(["consolidate", str(run_dir / "checkpoints" / "last")])  # an error would be SystemExit
+    capsys.readouterr()
+    main(["eval", f"ckpt={run_dir / 'consolidated' / 'last.pt'}"])
+    evaluated = capsys.readouterr().out
     logged = read_scalars(run_dir)["val/loss"][-1]
     assert logged[0] == 8
-    printed = float(evaluated.stdout.split("val/loss ")[1].split()[0])
+    printed = float(evaluated.split("val/loss ")[1].split()[0])
     assert printed == pytest.approx(logged[1], rel=1e-5)

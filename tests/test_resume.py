@@ -15,6 +15,7 @@ import torch
 from conftest import REPO, read_scalars, run_cli, snapshot
 
 from runner.checkpoint.files import atomic_save
+from runner.cli.main import main
 
 pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
 
@@ -146,6 +147,22 @@ def finished_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.fixture
+def refused(tmp_path, monkeypatch, capsys):
+    """``python -m runner ARGUMENTS`` from ``tmp_path``, in this process (the real ``main``, Hydra and
+    all: a refusal needs no process of its own), refused: exit 2; what it wrote to stderr."""
+    monkeypatch.chdir(tmp_path)
+
+    def run(*arguments: str) -> str:
+        with pytest.raises(SystemExit) as exited:
+            main(list(arguments))
+        error = capsys.readouterr().err
+        assert exited.value.code == 2, error
+        return error
+
+    return run
+
+
 def test_eval_prints_the_checkpoints_validation_metrics(finished_run, tmp_path):
     result = run_cli("eval", f"ckpt={finished_run / 'checkpoints' / 'last.pt'}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -155,18 +172,15 @@ def test_eval_prints_the_checkpoints_validation_metrics(finished_run, tmp_path):
     assert printed == pytest.approx(logged_val_loss, rel=1e-5)
 
 
-def test_resume_refuses_changed_math_and_accepts_a_longer_run(finished_run, tmp_path):
-    changed = run_cli("train", f"resume={finished_run}", "optimizer.lr=0.5", cwd=tmp_path)
-    assert changed.returncode == 2
-    assert "optimizer.lr (0.001 -> 0.5)" in changed.stderr and "would change its math" in changed.stderr
+def test_resume_refuses_changed_math_and_accepts_a_longer_run(finished_run, tmp_path, refused):
+    changed = refused("train", f"resume={finished_run}", "optimizer.lr=0.5")
+    assert "optimizer.lr (0.001 -> 0.5)" in changed and "would change its math" in changed
 
-    reshaped = run_cli("train", f"resume={finished_run}", "model.hidden=[32]", cwd=tmp_path)
-    assert reshaped.returncode == 2
-    assert "model.hidden ([64] -> [32])" in reshaped.stderr
-    dropout = run_cli("train", f"resume={finished_run}", "model.dropout=0.5", cwd=tmp_path)
-    assert dropout.returncode == 2  # fits the saved weights, and still changes the math
-    assert "model.dropout (0.0 -> 0.5)" in dropout.stderr
-    assert "Traceback" not in reshaped.stderr + changed.stderr + dropout.stderr
+    reshaped = refused("train", f"resume={finished_run}", "model.hidden=[32]")
+    assert "model.hidden ([64] -> [32])" in reshaped
+    dropout = refused("train", f"resume={finished_run}", "model.dropout=0.5")
+    assert "model.dropout (0.0 -> 0.5)" in dropout  # fits the saved weights, and still changes the math
+    assert "Traceback" not in reshaped + changed + dropout
 
     run_dir = tmp_path / "copy"  # the module's finished run stays as it is for the other tests
     shutil.copytree(finished_run, run_dir)
@@ -180,7 +194,7 @@ def test_resume_refuses_changed_math_and_accepts_a_longer_run(finished_run, tmp_
     ).read_text() == original_record  # the original record is kept
 
 
-def test_corrupted_checkpoints(tmp_path, finished_run):
+def test_corrupted_checkpoints(tmp_path, finished_run, refused):
     run_dir = tmp_path / "outputs" / "day" / "run"
     shutil.copytree(finished_run, run_dir)
     for name in ("last.pt", "best.pt", "step_00000012.pt", "step_00000008.pt"):  # keep their order in time
@@ -190,9 +204,8 @@ def test_corrupted_checkpoints(tmp_path, finished_run):
     last.write_bytes(last.read_bytes()[:1000])
     for name in ("best.pt", "step_00000012.pt"):
         (run_dir / "checkpoints" / name).unlink()
-    direct = run_cli("train", f"resume={last}", cwd=tmp_path)
-    assert direct.returncode == 2
-    assert f"checkpoint {last} is truncated or corrupted" in direct.stderr
+    direct = refused("train", f"resume={last}")
+    assert f"checkpoint {last} is truncated or corrupted" in direct
 
     latest = run_cli("train", "resume=latest", "trainer.max_epochs=4", cwd=tmp_path)
     assert latest.returncode == 0, latest.stderr
@@ -209,24 +222,23 @@ def flip_bytes_inside_a_tensor(path: Path, tensor: torch.Tensor) -> None:
 
 
 def test_a_byte_changed_on_disk_is_detected_and_a_run_dir_resume_takes_the_previous_file(
-    tmp_path, finished_run
+    tmp_path, finished_run, refused
 ):
     run_dir = tmp_path / "run"
     shutil.copytree(finished_run, run_dir)
     last = run_dir / "checkpoints" / "last.pt"
     flip_bytes_inside_a_tensor(last, torch.load(last)["model_state_dict"]["1.weight"])
     for command in (("eval", f"ckpt={last}"), ("train", f"resume={last}")):
-        result = run_cli(*command, cwd=tmp_path)
-        assert result.returncode == 2, result.stderr
-        assert f"checkpoint {last} is corrupted: its contents do not match the checksum" in result.stderr
-        assert "Traceback" not in result.stderr
+        error = refused(*command)
+        assert f"checkpoint {last} is corrupted: its contents do not match the checksum" in error
+        assert "Traceback" not in error
     resumed = run_cli("train", f"resume={run_dir}", "trainer.max_epochs=4", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert f"skipping checkpoint {last} is corrupted" in resumed.stderr
     assert "step_00000012.pt (step 12, epoch 3)" in resumed.stdout
 
 
-def test_a_checkpoint_or_run_directory_that_names_code_never_runs_it(tmp_path, finished_run):
+def test_a_checkpoint_or_run_directory_that_names_code_never_runs_it(tmp_path, finished_run, refused):
     """The stored config of a checkpoint, and a run directory's record of its command line, are data:
     a ``_target_`` in them that nobody named on this machine is refused before it is imported."""
     marker = tmp_path / "code-ran"
@@ -234,10 +246,9 @@ def test_a_checkpoint_or_run_directory_that_names_code_never_runs_it(tmp_path, f
     checkpoint = torch.load(finished_run / "checkpoints" / "last.pt")
     checkpoint["config"]["model"] = {"_target_": "pathlib.Path.touch", "self": str(marker)}
     atomic_save(checkpoint, evil)  # with a valid checksum: whoever changed it can compute one
-    result = run_cli("eval", f"ckpt={evil}", cwd=tmp_path)
-    assert result.returncode == 2
-    assert "names model._target_=pathlib.Path.touch, which neither runner's configs" in result.stderr
-    assert "allow them with allow_targets=pathlib.Path.touch" in result.stderr
+    error = refused("eval", f"ckpt={evil}")
+    assert "names model._target_=pathlib.Path.touch, which neither runner's configs" in error
+    assert "allow them with allow_targets=pathlib.Path.touch" in error
     assert not marker.exists()
 
     run_dir = tmp_path / "run"
@@ -245,10 +256,9 @@ def test_a_checkpoint_or_run_directory_that_names_code_never_runs_it(tmp_path, f
     record = run_dir / ".hydra" / "overrides.yaml"
     record.write_text(record.read_text() + f"- model._target_=pathlib.Path.touch\n- +model.self={marker}\n")
     before = snapshot(run_dir)
-    result = run_cli("train", f"resume={run_dir}", cwd=tmp_path)
-    assert result.returncode == 2
-    assert f"{record} names model._target_=pathlib.Path.touch" in result.stderr
-    assert "give model._target_=pathlib.Path.touch on this command line" in result.stderr
+    error = refused("train", f"resume={run_dir}")
+    assert f"{record} names model._target_=pathlib.Path.touch" in error
+    assert "give model._target_=pathlib.Path.touch on this command line" in error
     assert not marker.exists() and snapshot(run_dir) == before
 
     # An interpolation that makes a mapping with a _target_ (inside a list, where no key check looks).
@@ -256,12 +266,9 @@ def test_a_checkpoint_or_run_directory_that_names_code_never_runs_it(tmp_path, f
     model = torch.load(finished_run / "checkpoints" / "last.pt")["config"]["model"]
     checkpoint["config"]["model"] = {**model, "extra": [create]}
     atomic_save(checkpoint, evil)
-    result = run_cli("eval", f"ckpt={evil}", cwd=tmp_path)
+    error = refused("eval", f"ckpt={evil}")
     # Refused before anything resolves it: a checkpoint's config is saved resolved.
-    assert (
-        result.returncode == 2
-        and "holds model.extra.0=${oc.create:{_target_: pathlib.Path.touch" in result.stderr
-    )
+    assert "holds model.extra.0=${oc.create:{_target_: pathlib.Path.touch" in error
     shutil.rmtree(run_dir)
     shutil.copytree(finished_run, run_dir)
     (tmp_path / "evil").mkdir()
@@ -274,30 +281,24 @@ def test_a_checkpoint_or_run_directory_that_names_code_never_runs_it(tmp_path, f
     ):
         record.write_text((finished_run / ".hydra" / "overrides.yaml").read_text() + f"- {planted}\n")
         before = snapshot(run_dir)
-        result = run_cli("train", f"resume={run_dir}", "trainer.max_epochs=4", cwd=tmp_path)
-        assert result.returncode == 2, result.stderr
-        assert "Traceback" not in result.stderr and snapshot(run_dir) == before
+        error = refused("train", f"resume={run_dir}", "trainer.max_epochs=4")
+        assert "Traceback" not in error and snapshot(run_dir) == before
     assert not marker.exists()
 
     hydra_record = run_dir / ".hydra" / "hydra.yaml"
     record.write_text("- data=classification\n")
     hydra_record.write_text("hydra:\n  overrides:\n    hydra:\n    - hydra.searchpath=[file://elsewhere]\n")
-    result = run_cli("train", f"resume={run_dir}", cwd=tmp_path)
-    assert result.returncode == 2
-    assert (
-        "the run was started with hydra.searchpath=[file://elsewhere]; runner takes no config"
-        in result.stderr
-    )
+    error = refused("train", f"resume={run_dir}")
+    assert "the run was started with hydra.searchpath=[file://elsewhere]; runner takes no config" in error
 
 
-def test_a_refused_resume_leaves_the_run_directory_as_it_was(tmp_path, finished_run):
+def test_a_refused_resume_leaves_the_run_directory_as_it_was(tmp_path, finished_run, refused):
     run_dir = tmp_path / "run"
     shutil.copytree(finished_run, run_dir)
     before = snapshot(run_dir)
     for bad in ("optimizer.lr=0.5", "model._target_=nope.Model", "data.dataset.num_val=0"):
-        result = run_cli("train", f"resume={run_dir}", "trainer.max_epochs=4", bad, cwd=tmp_path)
-        assert result.returncode == 2, result.stderr
-        assert "Traceback" not in result.stderr
+        error = refused("train", f"resume={run_dir}", "trainer.max_epochs=4", bad)
+        assert "Traceback" not in error
         assert snapshot(run_dir) == before, bad
 
 
@@ -309,7 +310,7 @@ class WritesAFile:
         return (Path.touch, (self.marker,))
 
 
-def test_pickled_code_in_a_checkpoint_is_refused_and_never_runs(tmp_path):
+def test_pickled_code_in_a_checkpoint_is_refused_and_never_runs(tmp_path, refused):
     marker = tmp_path / "code-ran"
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
@@ -319,10 +320,9 @@ def test_pickled_code_in_a_checkpoint_is_refused_and_never_runs(tmp_path):
     torch.save({"model_state_dict": WritesAFile(marker), "optimizer_state_dict": {}, "epoch": 1,
                 "best_val": 0.1, "global_step": 1}, evil)  # fmt: skip
     for command in (("train", f"resume={evil}"), ("eval", f"ckpt={evil}")):
-        result = run_cli(*command, cwd=tmp_path)
-        assert result.returncode == 2
-        assert f"checkpoint {evil} was refused" in result.stderr
-        assert "weights_only" in result.stderr
+        error = refused(*command)
+        assert f"checkpoint {evil} was refused" in error
+        assert "weights_only" in error
         assert not marker.exists()
 
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from runner.cli.main import main
 from runner.cli.optuna_settings import objectives_of
 from runner.cli.optuna_space import search_space
 from runner.cli.optuna_study import name_objectives
@@ -229,3 +230,49 @@ def test_a_studys_values_are_named_by_their_metrics_in_its_storage(tmp_path):
     study = optuna.create_study(storage=storage, study_name="s", directions=["minimize", "maximize"])
     name_objectives(study, ["val/loss", "val/acc"])
     assert optuna.load_study(study_name="s", storage=storage).metric_names == ["val/loss", "val/acc"]
+
+
+BAD_PRESET = """# @package _global_
+defaults:
+  - override /hydra/sweeper: optuna
+hydra:
+  sweeper:
+    params:
+      optimizer.lrr: interval(1e-4, 1e-2)
+"""
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (("hydra.sweeper.direction=up",), "hydra.sweeper.direction=up: a direction is minimize or maximize"),
+        (
+            ("hydra.sweeper.n_trials=0",),
+            "hydra.sweeper.n_trials=0 is not allowed; it must be an integer >= 1",
+        ),
+        (("hydra.sweeper.storage=bogus://nowhere",), "hydra.sweeper.storage=bogus://nowhere: cannot open it"),
+        (
+            ("hydra/sweeper/pruner=percentile", "hydra.sweeper.pruner.percentile=150"),
+            "hydra.sweeper.pruner: ",
+        ),
+        (("hydra/sweeper/sampler=grid",), "hydra.sweeper.params.optimizer.lr: the grid sampler takes choice"),
+        (("hydra.sweeper.direction=maximize",), "direction=maximize for val/loss, but checkpoint.mode=min"),
+        (("hparams_search=bad",), "hydra.sweeper.params.optimizer.lrr: the config has no key optimizer.lrr"),
+    ],
+)
+def test_a_search_that_cannot_run_is_refused_in_one_line_writing_nothing(
+    tmp_path, monkeypatch, capsys, overrides, says
+):
+    """The real command line (``main``, Hydra's multirun and the Optuna sweeper) in this process: a
+    refusal needs no process of its own."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "conf" / "hparams_search").mkdir(parents=True)
+    (tmp_path / "conf" / "hparams_search" / "bad.yaml").write_text(BAD_PRESET)
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "-m", "hparams_search=digits_optuna", *overrides, searchpath, "hydra.sweep.dir=sweep"])
+    error = capsys.readouterr().err
+    assert exited.value.code == 2, error
+    assert error.startswith("runner: error: ") and says in error, error
+    assert "Traceback" not in error and len(error.strip().splitlines()) == 1
+    assert not (tmp_path / "sweep").exists()

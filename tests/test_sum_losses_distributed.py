@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import read_scalars, run_cli
+from conftest import read_scalars
 
 pytestmark = pytest.mark.slow  # real subprocesses: torchrun is the point
 
@@ -18,9 +18,8 @@ SUMMED = (
 )  # fmt: skip
 
 
-def test_two_processes_accumulate_a_summed_loss_as_one_big_batch(tmp_path):
-    single = run_cli("train", *SUMMED, "data.batch_size=4", f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path)
-    assert single.returncode == 0, single.stderr
+def test_two_processes_accumulate_a_summed_loss_as_one_big_batch(tmp_path, train_here):
+    train_here(*SUMMED, "data.batch_size=4", run_dir=tmp_path / "one")  # the reference: in this process
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
                "runner", "train", *SUMMED, "data.batch_size=1", "accumulate=2",
                f"hydra.run.dir={tmp_path / 'two'}"]  # fmt: skip

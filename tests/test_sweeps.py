@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +19,8 @@ import yaml
 from conftest import REPO, job_dir, read_scalars, run_cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
+
+from runner.cli.main import main
 
 pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
 
@@ -46,10 +49,17 @@ def hparams_of_run(run_dir):
             for name, value in info.hparams.items()}  # fmt: skip
 
 
-def test_grid_sweep_summarises_itself(tmp_path):
-    result = run_cli("train", "-m", "optimizer.lr=0.001,0.01", "seed=0,1", *TINY, cwd=tmp_path)
+@pytest.fixture(scope="module")
+def grid_sweep(tmp_path_factory) -> Path:
+    """A grid sweep of 4 jobs through the CLI, once per module (a test that changes it copies it first)."""
+    place = tmp_path_factory.mktemp("grid")
+    result = run_cli("train", "-m", "optimizer.lr=0.001,0.01", "seed=0,1", *TINY, cwd=place)
     assert result.returncode == 0, result.stderr
-    directory = sweep_dir(tmp_path)
+    return sweep_dir(place)
+
+
+def test_grid_sweep_summarises_itself(grid_sweep):
+    directory = grid_sweep
     rows = summary_rows(directory)
     assert len(rows) == 4
     best_values = [float(row["best_val_loss"]) for row in rows]
@@ -82,6 +92,25 @@ def test_grid_sweep_summarises_itself(tmp_path):
         assert f"seed={hparams['seed']}" in overrides  # an integer, recorded as its text
         # The hparams live in the job's own run, not in a stray sub-run.
         assert not [path for path in run.iterdir() if path.is_dir() and any(path.glob("events.*"))]
+
+
+def test_report_rebuilds_the_summary_of_an_interrupted_sweep(tmp_path, grid_sweep):
+    directory = tmp_path / "sweep"
+    shutil.copytree(grid_sweep, directory)
+    for name in ("summary.csv", "summary.md", "summary.png"):
+        (directory / name).unlink()
+    (job_dir(directory, 1) / "result.json").unlink()  # as if job 1 had been killed
+    report = run_cli("report", str(directory), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    rows = {row["job"]: row for row in summary_rows(directory)}
+    assert rows["1"]["status"] == "incomplete" and rows["1"]["steps"] == "6"
+    assert rows["0"]["status"] == "ok"
+    assert (directory / "summary.png").exists()
+    assert "| job | status | optimizer.lr |" in report.stdout
+
+    single = run_cli("report", str(directory / "0"), cwd=tmp_path)  # job 0, by its number
+    assert single.returncode == 0, single.stderr
+    assert len(summary_rows(job_dir(directory, 0))) == 1
 
 
 def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
@@ -134,26 +163,6 @@ def test_a_failing_job_does_not_stop_the_others(tmp_path):
     assert rows["0"]["status"] == rows["2"]["status"] == "ok"
     log = (job_dir(directory, 1) / "train.log").read_text()
     assert "Traceback" in log and "deliberate failure for the test" in log
-
-
-def test_report_rebuilds_the_summary_of_an_interrupted_sweep(tmp_path):
-    result = run_cli("train", "-m", "optimizer.lr=0.001,0.01", *TINY, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    directory = sweep_dir(tmp_path)
-    for name in ("summary.csv", "summary.md", "summary.png"):
-        (directory / name).unlink()
-    (job_dir(directory, 1) / "result.json").unlink()  # as if job 1 had been killed
-    report = run_cli("report", str(directory), cwd=tmp_path)
-    assert report.returncode == 0, report.stderr
-    rows = {row["job"]: row for row in summary_rows(directory)}
-    assert rows["1"]["status"] == "incomplete" and rows["1"]["steps"] == "6"
-    assert rows["0"]["status"] == "ok"
-    assert (directory / "summary.png").exists()
-    assert "| job | status | optimizer.lr |" in report.stdout
-
-    single = run_cli("report", str(directory / "0"), cwd=tmp_path)  # job 0, by its number
-    assert single.returncode == 0, single.stderr
-    assert len(summary_rows(job_dir(directory, 0))) == 1
 
 
 def test_sweeps_started_together_get_their_own_directories(tmp_path):
@@ -409,16 +418,26 @@ def test_sigterm_while_a_job_starts_stops_the_sweep_there(tmp_path):
     assert [row["status"] for row in summary_rows(directory)] == ["ok", "incomplete"]
 
 
-def test_a_sweep_directory_of_another_sweep_is_refused_and_left_as_it_was(tmp_path):
+def refused_here(tmp_path, monkeypatch, capsys, *arguments: str) -> str:
+    """``python -m runner ARGUMENTS`` from ``tmp_path`` in this process (the real main, Hydra and all:
+    a refusal needs no process of its own): exit 2; what it wrote to stderr."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(list(arguments))
+    error = capsys.readouterr().err
+    assert exited.value.code == 2, error
+    return error
+
+
+def test_a_sweep_directory_of_another_sweep_is_refused_and_left_as_it_was(tmp_path, monkeypatch, capsys):
     first = run_cli("train", "-m", *TINY, "seed=1,2", "hydra.sweep.dir=sweep", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     before = untouched(job_dir(tmp_path / "sweep", 0))
-    other = run_cli("train", "-m", *TINY, "seed=5,6", "hydra.sweep.dir=sweep", cwd=tmp_path)
-    assert other.returncode == 2
-    assert "holds a run of other settings (seed (1 there, 5 now)): this sweep directory belongs to " in (
-        other.stderr
+    other = refused_here(
+        tmp_path, monkeypatch, capsys, "train", "-m", *TINY, "seed=5,6", "hydra.sweep.dir=sweep"
     )
-    assert "Traceback" not in other.stderr
+    assert "holds a run of other settings (seed (1 there, 5 now)): this sweep directory belongs to " in other
+    assert "Traceback" not in other
     assert untouched(job_dir(tmp_path / "sweep", 0)) == before
 
 
@@ -459,11 +478,20 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def test_optuna_dashboard_shows_the_study_of_a_search(tmp_path):
-    directory = tmp_path / "search"
+@pytest.fixture(scope="module")
+def finished_search(tmp_path_factory) -> Path:
+    """A search of 2 trials through the CLI, its study in its sweep directory, once per module (tests
+    copy it first: a study in the sweep directory goes with the directory)."""
+    place = tmp_path_factory.mktemp("search")
     result = run_cli("train", "-m", *SEARCH, "trainer.max_steps=4", "hydra.sweeper.n_trials=2",
-                     f"hydra.sweep.dir={directory}", cwd=tmp_path)  # fmt: skip
+                     "hydra.sweep.dir=sweep", cwd=place)  # fmt: skip
     assert result.returncode == 0, result.stderr
+    return place / "sweep"
+
+
+def test_optuna_dashboard_shows_the_study_of_a_search(tmp_path, finished_search):
+    directory = tmp_path / "search"
+    shutil.copytree(finished_search, directory)
     port = free_port()
     command = os.path.join(os.path.dirname(sys.executable), "optuna-dashboard")  # the README's command
     dashboard = subprocess.Popen(
@@ -491,44 +519,17 @@ def test_optuna_dashboard_shows_the_study_of_a_search(tmp_path):
         dashboard.wait(timeout=30)
 
 
-BAD_PRESET = """# @package _global_
-defaults:
-  - override /hydra/sweeper: optuna
-hydra:
-  sweeper:
-    params:
-      optimizer.lrr: interval(1e-4, 1e-2)
-"""
-
-
-@pytest.mark.parametrize(
-    ("overrides", "says"),
-    [
-        (("hydra.sweeper.direction=up",), "hydra.sweeper.direction=up: a direction is minimize or maximize"),
-        (
-            ("hydra.sweeper.n_trials=0",),
-            "hydra.sweeper.n_trials=0 is not allowed; it must be an integer >= 1",
-        ),
-        (("hydra.sweeper.storage=bogus://nowhere",), "hydra.sweeper.storage=bogus://nowhere: cannot open it"),
-        (
-            ("hydra/sweeper/pruner=percentile", "hydra.sweeper.pruner.percentile=150"),
-            "hydra.sweeper.pruner: ",
-        ),
-        (("hydra/sweeper/sampler=grid",), "hydra.sweeper.params.optimizer.lr: the grid sampler takes choice"),
-        (("hydra.sweeper.direction=maximize",), "direction=maximize for val/loss, but checkpoint.mode=min"),
-        (("hparams_search=bad",), "hydra.sweeper.params.optimizer.lrr: the config has no key optimizer.lrr"),
-    ],
-)
-def test_a_search_that_cannot_run_is_refused_in_one_line_writing_nothing(tmp_path, overrides, says):
-    (tmp_path / "conf" / "hparams_search").mkdir(parents=True)
-    (tmp_path / "conf" / "hparams_search" / "bad.yaml").write_text(BAD_PRESET)
-    searchpath = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
-    result = run_cli("train", "-m", "hparams_search=digits_optuna", *overrides, searchpath,
-                     "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith("runner: error: ") and says in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "sweep").exists()
+def test_a_finished_search_run_again_with_other_settings_is_refused(
+    tmp_path, finished_search, monkeypatch, capsys
+):
+    shutil.copytree(finished_search, tmp_path / "sweep")
+    before = {job: untouched(job_dir(tmp_path / "sweep", job)) for job in (0, 1)}
+    multirun = (tmp_path / "sweep" / "multirun.yaml").read_bytes()
+    other = refused_here(tmp_path, monkeypatch, capsys, "train", "-m", *SEARCH, "trainer.max_steps=4",
+                         "hydra.sweeper.n_trials=2", "seed=7", "hydra.sweep.dir=sweep")  # fmt: skip
+    assert "the sweep directory belongs to another search" in other and "Traceback" not in other
+    assert {job: untouched(job_dir(tmp_path / "sweep", job)) for job in (0, 1)} == before
+    assert (tmp_path / "sweep" / "multirun.yaml").read_bytes() == multirun
 
 
 def test_the_grid_sampler_runs_every_combination_once(tmp_path):
@@ -543,17 +544,3 @@ def test_the_grid_sampler_runs_every_combination_once(tmp_path):
         ("0.001", "[32]"), ("0.001", "[64]"), ("0.01", "[32]"), ("0.01", "[64]"),
     ]  # fmt: skip
     assert all(row["status"] == "ok" for row in rows)
-
-
-def test_a_finished_search_run_again_with_other_settings_is_refused(tmp_path):
-    first = run_cli("train", "-m", *SEARCH, "trainer.max_steps=4", "hydra.sweeper.n_trials=2",
-                    "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
-    assert first.returncode == 0, first.stderr
-    before = {job: untouched(job_dir(tmp_path / "sweep", job)) for job in (0, 1)}
-    multirun = (tmp_path / "sweep" / "multirun.yaml").read_bytes()
-    other = run_cli("train", "-m", *SEARCH, "trainer.max_steps=4", "hydra.sweeper.n_trials=2", "seed=7",
-                    "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
-    assert other.returncode == 2, other.stderr
-    assert "the sweep directory belongs to another search" in other.stderr and "Traceback" not in other.stderr
-    assert {job: untouched(job_dir(tmp_path / "sweep", job)) for job in (0, 1)} == before
-    assert (tmp_path / "sweep" / "multirun.yaml").read_bytes() == multirun
