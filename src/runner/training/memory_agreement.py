@@ -1,12 +1,15 @@
 """Out of memory with several processes: every process learns that one ran out, at the same point.
 
 A process that runs out cannot leave a step alone: the others would wait for it in the step's next
-collective. So every process says, after each micro-batch's forward and after the window's last
-backward, whether it ran out since it last said (one small collective on the CPU, before any of the
-step's own), and all raise :class:`OutOfMemoryOnRank` together: ``oom.py`` then splits the micro-batch
-on every process alike. For that, no collective may run inside a backward: the gradients are averaged
-by runner after the window (``experiment/parallel.py``), not by DDP during its last backward, whose
-bookkeeping a forward left unfinished on some processes would put out of step.
+collective. So before each collective of a step every process says whether it ran out (one small
+collective on the CPU): once per window, after its backward, before the gradients are averaged (and
+after the first forward where the model says its item count, which is summed over the processes).
+A process that runs out says so at once; the others learn it where they next ask (after running the
+window's other micro-batches: they hold no collective), and all raise :class:`OutOfMemoryOnRank`
+together: ``oom.py`` then splits the micro-batch on every process alike. For that, no collective may
+run inside a forward or backward: the gradients are averaged by runner after the window
+(``experiment/parallel.py``), not by DDP during its last backward, whose bookkeeping a forward left
+unfinished on some processes would put out of step.
 """
 
 import dataclasses
@@ -37,8 +40,7 @@ class Agreement:
     @contextmanager
     def micro_batch(self) -> Iterator[None]:
         """Around a micro-batch's forward and backward: where this process runs out it tells the others
-        at their next :meth:`agree` (after this micro-batch's forward, or the next one's, or after the
-        window's last backward)."""
+        at once, who learn it at their next :meth:`agree`."""
         try:
             yield
         except torch.OutOfMemoryError:
@@ -47,7 +49,7 @@ class Agreement:
             self._tell(ran_out=True)
 
     def agree(self) -> None:
-        """After a forward, and after the window's last backward: raise if any process ran out."""
+        """Before a collective of the step: raise if any process ran out."""
         if self.enabled:
             self._tell(ran_out=False)
 

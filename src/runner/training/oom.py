@@ -7,9 +7,9 @@ its own order, so the data order, the window's items and the step's gradient (ac
 by items, ``step.py``) are those of a run configured ``data.batch_size=16`` with twice the
 accumulation.
 
-With several processes (``strategy=ddp``), every process says after each micro-batch's forward and
-after the window's backward whether it ran out (``memory_agreement.py``: one small collective on the
-CPU): a process that runs out tells the others where they ask, and all split at the same step. With
+With several processes (``strategy=ddp``), every process says after the window's backward whether it
+ran out (``memory_agreement.py``: one small collective on the CPU): a process that runs out tells the
+others where they ask, and all split at the same step. With
 ``strategy=fsdp`` (its parameter gathers are inside the forward, where one process cannot leave) it
 still stops, in one line.
 """

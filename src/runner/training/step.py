@@ -128,7 +128,6 @@ def train_step(
             batch = to_device(batch, learner.device, learner.channels_last)
             with precision.autocast(), phase("forward"):  # a named range while profiling (phases.py)
                 result = forward(model, batch, learner.loss_fn, learner.target_key)
-            learner.memory.agree()
             loss, told = result.loss, items_in_outputs(result.outputs)
             # Outputs (an LM's logits) kept past the micro-batch only when asked: they cost memory.
             outputs = result.outputs if keep_last else None
@@ -139,6 +138,7 @@ def train_step(
                     # any but 0 (a first micro-batch of padding alone says 0): the rescale cancels it.
                     # Then a micro-batch's items as the batches count them, so that no weight is far
                     # from 1 (under fp16 loss scaling a large one would overflow the gradients).
+                    learner.memory.agree()  # before a collective (memory_agreement.py)
                     reference = summed(said[0].float(), learner.processes)
                     typical = max(all_items / len(window), 1)
                     reference = reference.where(reference != 0, typical)
