@@ -52,10 +52,12 @@ def main() -> None:
         for repeat in range(options.repeats):
             for on_oom in medians:
                 run_dir = Path(folder) / f"{on_oom}{repeat}"
-                subprocess.run(
-                    command(on_oom, options, run_dir),
-                    cwd=folder, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                ran = subprocess.run(
+                    command(on_oom, options, run_dir), cwd=folder, capture_output=True, text=True,
+                    env={**os.environ, "OMP_NUM_THREADS": "1"},
                 )  # fmt: skip
+                if ran.returncode != 0:
+                    sys.exit(f"on_oom={on_oom}, repeat {repeat}: exit {ran.returncode}\n{ran.stderr[-4000:]}")
                 times, _ = step_times(run_dir)
                 medians[on_oom].append(statistics.median(times[options.warmup :]) * 1000)
     ratios = [split / raised for split, raised in zip(medians["split"], medians["raise"], strict=True)]
