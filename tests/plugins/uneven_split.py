@@ -45,6 +45,7 @@ def main() -> None:
         state.step += 1
         said.append(f"step {state.step} micro-batch {state.micro_batch_size}")
     Path(f"rank{rank}.txt").write_text("\n".join(said))
+    torch_dist.barrier()  # neither leaves while the other still talks to it (gloo aborts at exit then)
     torch_dist.destroy_process_group()
 
 
