@@ -9,9 +9,8 @@ accumulation.
 
 With several processes (``strategy=ddp``), every process says after the window's backward whether it
 ran out (``memory_agreement.py``: one small collective on the CPU): a process that runs out tells the
-others where they ask, and all split at the same step. With
-``strategy=fsdp`` (its parameter gathers are inside the forward, where one process cannot leave) it
-still stops, in one line.
+others where they ask, and all split at the same step. With ``strategy=fsdp`` (its parameter gathers
+are inside the forward, where one process cannot leave) it still stops, in one line.
 """
 
 import dataclasses
