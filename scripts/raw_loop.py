@@ -2,7 +2,10 @@
 backward, clip, step (plus accumulation and TensorBoard logging of loss and grad norm every step),
 on the same data runner's built-ins make.
 
-    python scripts/raw_loop.py RUN_DIR FEATURES HIDDEN OUTPUTS TASK ACCUMULATE STEPS
+    python scripts/raw_loop.py RUN_DIR FEATURES HIDDEN OUTPUTS TASK ACCUMULATE STEPS [--no-log] [--no-clip]
+
+``--no-log`` and ``--no-clip`` leave out the logging and the clip: the floor of any loop over this model
+and data (``bench_against.py``).
 """
 
 import itertools
@@ -32,14 +35,16 @@ def build(features: int, hidden: str, outputs: int, task: str) -> tuple[nn.Modul
 
 
 def main() -> None:
-    run_dir, features, hidden, outputs, task, accumulate, steps = sys.argv[1:]
+    flags = {argument for argument in sys.argv[1:] if argument.startswith("--")}
+    run_dir, features, hidden, outputs, task, accumulate, steps = (a for a in sys.argv[1:] if a not in flags)
+    logs, clips = "--no-log" not in flags, "--no-clip" not in flags
     features, outputs, accumulate, steps = int(features), int(outputs), int(accumulate), int(steps)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model, train_set, loss_fn = build(features, hidden, outputs, task)
     model = model.to(device)
     train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    writer = SummaryWriter(run_dir)
+    writer = SummaryWriter(run_dir) if logs else None
 
     step = 0
     model.train()
@@ -56,13 +61,18 @@ def main() -> None:
                 pred = model(batch_x)
                 loss = loss_fn(pred, batch_y) / len(window)
                 loss.backward()
-                window_loss += loss.item()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+                if logs:
+                    window_loss += loss.item()
+            if clips:
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
             optimizer.step()
             step += 1
-            writer.add_scalar("train/loss", window_loss, step)
-            writer.add_scalar("train/grad_norm", grad_norm.item(), step)
-    writer.close()
+            if logs:
+                writer.add_scalar("train/loss", window_loss, step)
+                if clips:
+                    writer.add_scalar("train/grad_norm", grad_norm.item(), step)
+    if logs:
+        writer.close()
 
 
 if __name__ == "__main__":

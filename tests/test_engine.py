@@ -3,8 +3,6 @@
 import copy
 import itertools
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,9 +10,6 @@ from conftest import read_scalars
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import runner
-import runner.training.engine
-import runner.training.validation
 from runner.data.loading import make_loaders
 from runner.observe.writer import TensorBoardLogger
 from runner.training.engine import Hooks, Loaders, LoopSettings, fit
@@ -183,52 +178,3 @@ def test_cosine_schedule_with_warmup_is_stepped_per_optimizer_step():
     assert lrs[2] == pytest.approx(1.0)
     assert lrs[-1] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 7 / 8)))
     assert all(a >= b for a, b in itertools.pairwise(lrs[2:]))
-
-
-@pytest.mark.parametrize("on_nonfinite", ["off", "raise"])
-def test_no_host_reads_between_log_steps(tmp_path, monkeypatch, on_nonfinite):
-    """Losses and grad norms stay on the device: every read-back by runner's code (``.item()``,
-    ``.tolist()``, ``.cpu()``, ``float()``, ``bool()``) happens on a log step or in validation, never on
-    the steps between, except the non-finite guard's one read of the grad norm per step (which
-    ``on_nonfinite=off`` removes). torch's own reads of CPU-side counters (Adam's step) are not syncs."""
-    reads = []
-    runner_code = str(Path(runner.__file__).parent)
-    for name in ("item", "tolist", "cpu", "__float__", "__bool__", "numpy"):
-        original = getattr(torch.Tensor, name)
-
-        def counting(self, *args, _original=original, _name=name, **kwargs):
-            caller = sys._getframe(1).f_code
-            if caller.co_filename.startswith(runner_code):
-                reads.append((_name, caller.co_qualname))
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, counting)
-    dataset, model = tiny_problem(num_samples=80)
-    optimizer = make_optimizer("adam", model)
-    train_loader, val_loader, sampler = make_loaders(
-        dataset, dataset, 8, shuffle=False, num_workers=0, seed=0, pin_memory=False
-    )
-    settings = LoopSettings(
-        max_steps=20, max_epochs=None, micro_batches_per_step=2, clip_norm=1.0,
-        log_every_n_steps=5, val_every_n_epochs=None, val_every_n_steps=None, monitor="val/loss",
-        monitor_mode="min", metrics={}, on_nonfinite=on_nonfinite, max_nonfinite_in_a_row=5,
-    )  # fmt: skip
-    scheduler = build_scheduler(optimizer, "cosine", 20, 2, 0.0, 1, 1.0)
-    logger = TensorBoardLogger(tmp_path)
-    to_floats_calls = []
-    read_numbers = runner.training.engine.to_floats
-    for module in (runner.training.engine, runner.training.validation):  # the log steps, validation
-        monkeypatch.setattr(module, "to_floats", lambda values: to_floats_calls.append(sorted(values)) or
-                            read_numbers(values))  # fmt: skip
-    reads_before_fit = len(reads)
-    learner = Learner(model, nn.MSELoss(), optimizer, resolve_precision("fp32", CPU), CPU, False, "labels")
-    fit(learner, scheduler, Loaders(train_loader, sampler, val_loader), settings, Hooks(logger))
-    logger.close()
-    during_fit = reads[reads_before_fit:]
-    guard_reads = [read for read in during_fit if read == ("__bool__", "train_step")]
-    assert len(guard_reads) == (0 if on_nonfinite == "off" else 20)
-    # Every other read is in to_floats (one batched read on a GPU; item() on the CPU, where it is no
-    # sync), called at the 4 log steps (5, 10, 15, 20) and the final validation only.
-    assert all(function.startswith("to_floats") for _, function in set(during_fit) - set(guard_reads))
-    assert [names[0] for names in to_floats_calls] == ["train/grad_norm"] * 4 + ["val/loss"]
-    assert [step for step, _ in read_scalars(tmp_path)["train/loss"]] == [5, 10, 15, 20]

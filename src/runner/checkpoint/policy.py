@@ -43,6 +43,7 @@ class Checkpointer(Protocol):
     save_seconds: list[float]  # the loop's pause per save
     last_written: Path | None  # the newest checkpoint this run wrote completely
 
+    def saves_at(self, state: TrainState, epoch_ended: bool) -> bool: ...
     def after_step(self, state: TrainState) -> None: ...
     def after_epoch(self, state: TrainState) -> None: ...
     def after_validation(self, state: TrainState, improved: bool) -> None: ...
@@ -62,6 +63,9 @@ class NoCheckpoints:
 
     def failure(self) -> BaseException | None:
         return None
+
+    def saves_at(self, state: TrainState, epoch_ended: bool) -> bool:
+        return False
 
     def after_step(self, state: TrainState) -> None:
         pass
@@ -101,12 +105,23 @@ class SaveCadence:
     def save(self, state: TrainState, name: str, prune: bool = False) -> Path: ...
     def wait(self) -> None: ...
 
+    def saves_at(self, state: TrainState, epoch_ended: bool) -> bool:
+        """Whether ``after_step`` or ``after_epoch`` saves now (the non-finite guard reads its norms
+        first); a validation's ``best`` is not counted here (validation reads them itself)."""
+        return self._step_due(state) or (epoch_ended and self._epoch_due(state))
+
+    def _step_due(self, state: TrainState) -> bool:
+        return bool(self.every_n_steps) and state.step % self.every_n_steps == 0
+
+    def _epoch_due(self, state: TrainState) -> bool:
+        return bool(self.every_n_epochs) and state.epoch % self.every_n_epochs == 0
+
     def after_step(self, state: TrainState) -> None:
-        if self.every_n_steps and state.step % self.every_n_steps == 0:
+        if self._step_due(state):
             self.save_periodic(state)
 
     def after_epoch(self, state: TrainState) -> None:
-        if self.every_n_epochs and state.epoch % self.every_n_epochs == 0:
+        if self._epoch_due(state):
             self.save_periodic(state)
 
     def after_validation(self, state: TrainState, improved: bool) -> None:

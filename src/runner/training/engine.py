@@ -13,6 +13,7 @@ from typing import Protocol
 import torch
 from torch.utils.data import DataLoader
 
+from runner.checkpoint.durable import WriteError
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints
 from runner.checkpoint.state import TrainState
 from runner.config.errors import UserError
@@ -26,8 +27,8 @@ from runner.training.carried import carried_state_of
 from runner.training.device import to_floats
 from runner.training.epochs import Loaders, first_epoch_batches
 from runner.training.metrics import unlogged_metrics_warning
-from runner.training.nonfinite import count_skipped_step
-from runner.training.oom import evaluate_within_memory, step_within_memory
+from runner.training.nonfinite import DeferredGuard, count_skipped_step
+from runner.training.oom import OutOfMemoryStop, evaluate_within_memory, step_within_memory
 from runner.training.plan import LoopSettings, planned_steps
 from runner.training.schedules import Schedule
 from runner.training.step import (
@@ -62,10 +63,14 @@ class Hooks:
     times: StepTimes = field(default_factory=StepTimes)  # the time shares, and the profiler's phases
 
 
+ALL_FINITE = "the non-finite guard's norms"  # read with the log step's values, never logged
+
+
 def step_scalars(
-    result: StepResult, state: TrainState, learner: Learner, settings: LoopSettings
+    result: StepResult, state: TrainState, learner: Learner, settings: LoopSettings, guard: DeferredGuard
 ) -> dict[str, float]:
-    """What a log step records, read from the device in one go."""
+    """What a log step records, read from the device in one go, with the non-finite guard's verdict on
+    the norms it kept since its last read (it raises for a non-finite one)."""
     scalars = {
         "train/loss": mean_over_processes(result, learner.processes),
         "train/grad_norm": result.grad_norm_before_clip,
@@ -79,7 +84,11 @@ def step_scalars(
     if state.skipped_steps or settings.on_nonfinite == "skip":
         scalars["train/skipped_steps"] = state.skipped_steps
     scalars.update(result.scalars)  # a step the model writes: its losses, each optimizer's norms
+    if (finite := guard.all_finite()) is not None:
+        scalars[ALL_FINITE] = finite
     scalars = to_floats(scalars)
+    if ALL_FINITE in scalars:
+        guard.check(state, finite=bool(scalars.pop(ALL_FINITE)))
     scalars.setdefault(
         "train/grad_norm_clipped", clipped_norm(scalars["train/grad_norm"], settings.clip_norm)
     )
@@ -131,6 +140,14 @@ def validate(
     return improved
 
 
+def defers_the_guard(learner: Learner, settings: LoopSettings) -> bool:
+    """``on_nonfinite=raise`` decides nothing about the step itself: its norms can wait for the next read.
+    Under loss scaling (the scaler reads every step anyway) and in a step the model writes (the guard
+    names the optimizer there) each step checks its own."""
+    own_step = getattr(learner.optimizer, "train_window", None) is not None  # manual_step.py
+    return settings.on_nonfinite == "raise" and not learner.precision.scaler.is_enabled() and not own_step
+
+
 def fit(
     learner: Learner,
     scheduler: Schedule | torch.optim.lr_scheduler.LRScheduler,
@@ -156,6 +173,9 @@ def fit(
 
     context = Context(learner.plain_model, learner.optimizer, log_scalar, state.step, state.epoch)
     step_callbacks = hooks.callbacks.has("on_step_end")
+    # on_nonfinite=raise reads the norms where the loop reads anyway (nonfinite.py), not every step.
+    guard = DeferredGuard(enabled=defers_the_guard(learner, settings))
+    check_each_step = settings.on_nonfinite != "off" and not guard.enabled
     carried = carried_state_of(learner.plain_model)  # a model's state from batch to batch (carried.py)
 
     def validate_once(on_cadence: bool = True) -> bool | None:
@@ -164,6 +184,7 @@ def fit(
         if validated_at_step == state.step:
             return None
         validated_at_step = state.step
+        guard.check(state)
         hooks.times.now_in("validation")
         improved = validate(
             learner, loaders.val, settings, state, hooks, progress, schedule, context, on_cadence
@@ -211,10 +232,11 @@ def fit(
                 epoch_had_batches = True
                 result = step_within_memory(  # the window as it fits in memory (oom.py)
                     learner, window, state, settings.on_oom, log_scalar, lambda parts: train_step(
-                        learner, parts, settings.clip_norm, check_finite=settings.on_nonfinite != "off",
+                        learner, parts, settings.clip_norm, check_finite=check_each_step,
                         keep_last=step_callbacks,
                     ),
                 )  # fmt: skip
+                guard.keep(result.grad_norm_before_clip, state)
                 if result.applied:
                     state.nonfinite_in_a_row = 0
                     schedule.after_step()
@@ -228,7 +250,7 @@ def fit(
                 context.step = state.step
 
                 if state.step % settings.log_every_n_steps == 0 or state.step == total_steps:
-                    scalars = step_scalars(result, state, learner, settings)
+                    scalars = step_scalars(result, state, learner, settings, guard)
                     now = time.perf_counter()  # after the read above: on a GPU it waits for the step
                     scalars[SAMPLES_PER_SEC] = samples_since_log / max(now - last_log_time, 1e-9)
                     samples_since_log, last_log_time = 0, now
@@ -257,6 +279,8 @@ def fit(
                 # Saves come after everything this step changes (schedulers, callbacks): every file of one
                 # moment holds the same state.
                 hooks.times.now_in("checkpoint")
+                if hooks.checkpointer.saves_at(state, epoch_ended):
+                    guard.check(state)  # before a save (a validation checked already)
                 if improved is not None:
                     hooks.checkpointer.after_validation(state, improved)
                 if epoch_ended:
@@ -275,10 +299,14 @@ def fit(
             if state.stopped_by_signal is not None or context.stop_reason is not None:
                 break
 
+        guard.check(state)  # before the final validation, the last save and the run's result
         state.stop_reason = context.stop_reason
         if state.stopped_by_signal is None and (improved := validate_once(on_cadence=False)) is not None:
             hooks.checkpointer.after_validation(state, improved)
         hooks.callbacks.call("on_train_end", context)
+    except (OutOfMemoryStop, WriteError):
+        guard.check(state)  # these stops save last.pt: never a state the guard has not seen
+        raise
     finally:
         progress.close()
     hooks.logger.flush()

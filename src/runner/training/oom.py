@@ -26,7 +26,7 @@ from runner.training.batches import count_samples
 from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.distributed import any_process
 from runner.training.memory_agreement import Agreement, OutOfMemoryOnRank
-from runner.training.random_state import random_states
+from runner.training.random_state import host_states_changed, random_states
 from runner.training.step import Learner, StepResult
 
 log = logging.getLogger("runner")
@@ -162,15 +162,21 @@ def step_within_memory(
     (``state.micro_batch_size``; None: the loader's), halved and redone from the window's start on
     each out-of-memory error until it fits. Its new size is logged at the step it starts with."""
     loader_size = max(count_samples(batch, learner.target_key) for batch in window)
-    saved = random_states() if on_oom == "split" else None
-    buffers = [(buffer, buffer.clone()) for buffer in buffers_to_keep(learner)] if on_oom == "split" else []
+    split = on_oom == "split"
+    # What a redo restores, kept before every window: torch's generators (a few microseconds), and
+    # Python's and numpy's only where the first window drew from them (copying them costs more than the
+    # rest of runner's work in a small model's step).
+    saved = random_states(host=learner.draws_host_random is not False) if split else None
+    buffers = [(buffer, buffer.clone()) for buffer in buffers_to_keep(learner)] if split else []
     while True:
         size = state.micro_batch_size or loader_size
         micro_batches = [part for batch in window for part in cut(batch, size, learner.target_key)]
         try:
             result = run_step(micro_batches)
-            if learner.changing_buffers is None and on_oom == "split":
+            if learner.changing_buffers is None and split:
                 learner.changing_buffers = [kept for kept, copy in buffers if not torch.equal(kept, copy)]
+            if learner.draws_host_random is None and split:
+                learner.draws_host_random = host_states_changed(saved)
             return result
         except (torch.OutOfMemoryError, OutOfMemoryOnRank) as error:
             # The rest outside the except: the traceback holds the failed micro-batch's activations.

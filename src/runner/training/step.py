@@ -46,6 +46,9 @@ class Learner:
     trainable: list[torch.Tensor] = field(init=False)
     # The buffers a window changes (oom.py copies them before each): None until a first window showed it.
     changing_buffers: list[torch.Tensor] | None = field(init=False, default=None)
+    # Whether a window draws from Python's or numpy's generator (oom.py keeps them only then): None until
+    # a first window showed it.
+    draws_host_random: bool | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]

@@ -1,0 +1,115 @@
+"""Paired benchmark of this tree against another revision of runner and against a hand-written loop
+that logs nothing (the floor), on the tiny workload at runner's default log cadence.
+
+    python scripts/bench_against.py 0f1facd                 # 5 pairs at 300 and 2300 steps
+    python scripts/bench_against.py HEAD~3 --pairs 7 --steps 300,2300
+
+Each measurement is a fresh process at one torch thread: runner through its real command line (this
+tree's ``src/``, or a ``git worktree`` of REV made in a temporary folder, first on ``PYTHONPATH``), and
+``raw_loop.py`` (the same math: clip 1.0, Adam) with no logging. The three run interleaved (the order
+rotates each pair) so drifting machine load hits all alike. A process's CPU time (user + system, from
+``wait4``) at the long length minus the same contender's at the short length, over the steps between,
+is its CPU time per step with start-up taken out; start-up is the short run's wall time. Ratios are
+paired pair by pair and given as median [min-max].
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# The tiny workload: a 16-32-1 MLP on learnable regression, batch 32, Adam; checkpoints and validation
+# off (the hand loop does neither), everything else at runner's defaults (logging every 10 steps).
+RUNNER = ("train", "data=regression", "data.dataset.num_features=16", "data.dataset.learnable=true",
+          "data.dataset.num_train=4096", "data.dataset.num_val=64", "model.hidden=[32]", "optimizer=adam",
+          "trainer.max_epochs=null", "trainer.val_every_n_epochs=null", "checkpoint=none")  # fmt: skip
+
+
+def runner_command(steps: int, scratch: Path) -> list[str]:
+    return [sys.executable, "-m", "runner", *RUNNER, f"trainer.max_steps={steps}",
+            f"hydra.run.dir={scratch / 'run'}"]  # fmt: skip
+
+
+def floor_command(steps: int, scratch: Path) -> list[str]:
+    """The hand loop with runner's default clip (1.0) and no logging: the same math, nothing else."""
+    loop = Path(__file__).with_name("raw_loop.py")
+    return [sys.executable, str(loop), str(scratch / "run"), "16", "32", "1", "regression", "1", str(steps),
+            "--no-log"]  # fmt: skip
+
+
+def measure(command: list[str], source: Path, scratch: Path) -> tuple[float, float]:
+    """CPU seconds (user + system) and wall seconds of one process, ``source`` first on its path."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(source)}
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command, env=env, cwd=scratch, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    if status != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{process.stderr.read().decode()}")
+    process.stderr.close()
+    return usage.ru_utime + usage.ru_stime, wall
+
+
+def spread(values: list[float], digits: int = 3) -> str:
+    return f"{statistics.median(values):.{digits}g} [{min(values):.{digits}g}-{max(values):.{digits}g}]"
+
+
+def main() -> None:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
+    parser.add_argument("rev", help="the revision to compare with (a commit, tag or branch)")
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--steps", default="300,2300", help="the short and the long length")
+    args = parser.parse_args()
+    short, long = map(int, args.steps.split(","))
+    with tempfile.TemporaryDirectory() as folder:
+        worktree = Path(folder) / "rev"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(worktree), args.rev],
+                       check=True)  # fmt: skip
+        try:
+            contenders = {
+                "this": (runner_command, REPO / "src"),
+                args.rev: (runner_command, worktree / "src"),
+                "floor": (floor_command, REPO / "src"),
+            }
+            per_step: dict[str, list[float]] = {name: [] for name in contenders}
+            startup: dict[str, list[float]] = {name: [] for name in contenders}
+            names = list(contenders)
+            for pair in range(args.pairs):
+                order = names[pair % len(names) :] + names[: pair % len(names)]
+                cpu: dict[str, dict[int, float]] = {name: {} for name in names}
+                for steps in (short, long):
+                    for name in order:
+                        build, source = contenders[name]
+                        with tempfile.TemporaryDirectory() as scratch:
+                            seconds, wall = measure(build(steps, Path(scratch)), source, Path(scratch))
+                        cpu[name][steps] = seconds
+                        if steps == short:
+                            startup[name].append(wall)
+                for name in names:
+                    per_step[name].append(1000 * (cpu[name][long] - cpu[name][short]) / (long - short))
+                line = ", ".join(f"{name} {per_step[name][-1]:.3f} ms" for name in names)
+                print(f"pair {pair + 1}: CPU per step {line}", flush=True)
+        finally:
+            remove = ["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)]
+            subprocess.run(remove, check=False)
+    print()
+    print("| | CPU ms/step | start-up s (wall, short run) |")
+    print("| --- | --- | --- |")
+    for name in names:
+        print(f"| {name} | {spread(per_step[name])} | {spread(startup[name])} |")
+    for other in names[1:]:
+        ratio = [a / b for a, b in zip(per_step["this"], per_step[other], strict=True)]
+        start = [a / b for a, b in zip(startup["this"], startup[other], strict=True)]
+        print(f"| this / {other} | {spread(ratio)} | {spread(start)} |")
+
+
+if __name__ == "__main__":
+    main()
