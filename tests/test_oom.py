@@ -61,6 +61,17 @@ def test_a_run_that_runs_out_at_32_ends_as_one_configured_8_x_4_also_when_resume
     assert TAG not in configured_scalars  # logged where a split changes it
 
 
+def test_a_redo_draws_what_the_window_drew_first_dropout_and_pythons_random_alike(train_here, tmp_path):
+    """The redone window restores every random state it began with: a model with dropout that also
+    draws from Python's ``random`` ends as the configured 8 x 4 run, bit for bit."""
+    draws = ("model.dropout=0.5", "+model.host_noise=true", "trainer.max_steps=4")
+    split, configured = tmp_path / "split", tmp_path / "configured"
+    train_here(*TINY, *AT_8, *draws, "data.batch_size=32", run_dir=split)
+    train_here(*TINY, *AT_8, *draws, "data.batch_size=8", "accumulate=4", run_dir=configured)
+    assert same_weights(last(split)["model_state_dict"], last(configured)["model_state_dict"])
+    assert read_scalars(split)["train/loss"] == read_scalars(configured)["train/loss"]
+
+
 def test_validation_splits_its_batches_and_the_run_trains_on_at_that_size(train_here, caplog):
     run_dir = train_here(*TINY, *AT_8, "+model.when=evaluation", "data.batch_size=32")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
