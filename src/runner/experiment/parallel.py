@@ -88,7 +88,8 @@ def spread_model(
         broadcast_from_first([*model.parameters(), *model.buffers()])  # rank 0's start, as DDP's
         notes["strategy"] = (
             f"ddp: a whole copy of the model on each of {process.world_size} processes; gradients averaged "
-            "after each window's backward (on_oom=split)"
+            "after each window's backward (on_oom=split), not overlapped with it as DDP's reducer does; "
+            "on_oom=raise keeps DDP's overlap (docs/performance.md)"
         )
         share_buffers = functools.partial(broadcast_from_first, list(model.buffers()))
         forward = compiled_now(forward_model, compile_options(config))
