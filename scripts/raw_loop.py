@@ -2,10 +2,10 @@
 backward, clip, step (plus accumulation and TensorBoard logging of loss and grad norm every step),
 on the same data runner's built-ins make.
 
-    python scripts/raw_loop.py RUN_DIR FEATURES HIDDEN OUTPUTS TASK ACCUMULATE STEPS [--no-log] [--no-clip]
+    python scripts/raw_loop.py RUN_DIR FEATURES HIDDEN OUTPUTS TASK ACCUMULATE STEPS [--no-log]
 
-``--no-log`` and ``--no-clip`` leave out the logging and the clip: the floor of any loop over this model
-and data (``bench_against.py``).
+``--no-log`` leaves out the logging: the floor of a loop doing this math on this model and data
+(``bench_against.py``).
 """
 
 import itertools
@@ -37,7 +37,7 @@ def build(features: int, hidden: str, outputs: int, task: str) -> tuple[nn.Modul
 def main() -> None:
     flags = {argument for argument in sys.argv[1:] if argument.startswith("--")}
     run_dir, features, hidden, outputs, task, accumulate, steps = (a for a in sys.argv[1:] if a not in flags)
-    logs, clips = "--no-log" not in flags, "--no-clip" not in flags
+    logs = "--no-log" not in flags
     features, outputs, accumulate, steps = int(features), int(outputs), int(accumulate), int(steps)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model, train_set, loss_fn = build(features, hidden, outputs, task)
@@ -63,14 +63,12 @@ def main() -> None:
                 loss.backward()
                 if logs:
                     window_loss += loss.item()
-            if clips:
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
             optimizer.step()
             step += 1
             if logs:
                 writer.add_scalar("train/loss", window_loss, step)
-                if clips:
-                    writer.add_scalar("train/grad_norm", grad_norm.item(), step)
+                writer.add_scalar("train/grad_norm", grad_norm.item(), step)
     if logs:
         writer.close()
 

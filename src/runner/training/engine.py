@@ -144,8 +144,8 @@ def defers_the_guard(learner: Learner, settings: LoopSettings) -> bool:
     """``on_nonfinite=raise`` decides nothing about the step itself: its norms can wait for the next read.
     Under loss scaling (the scaler reads every step anyway) and in a step the model writes (the guard
     names the optimizer there) each step checks its own."""
-    own_step = getattr(learner.optimizer, "train_window", None) is not None  # manual_step.py
-    return settings.on_nonfinite == "raise" and not learner.precision.scaler.is_enabled() and not own_step
+    scaled = learner.precision.scaler.is_enabled()
+    return settings.on_nonfinite == "raise" and not scaled and not learner.writes_own_step
 
 
 def fit(

@@ -185,7 +185,7 @@ def step_within_memory(
         free_memory(learner)
         if where:  # every process learnt it here: all halve the same size (their batches may differ)
             size = any_process(size)
-        own_step = getattr(learner.optimizer, "train_window", None) is not None  # manual_step.py
+        own_step = learner.writes_own_step
         if in_update or own_step:
             raise stop(update_message(state, own_step), learner.processes, in_update=True)
         reason = why_not_split(learner, told=bool(where))

@@ -55,6 +55,11 @@ class Learner:
         if self.plain_model is None:
             self.plain_model = self.model
 
+    @property
+    def writes_own_step(self) -> bool:
+        """The model's ``training_step`` runs the window (``manual_step.py``), not ``train_step``'s."""
+        return getattr(self.optimizer, "train_window", None) is not None
+
 
 @dataclass
 class StepResult:
