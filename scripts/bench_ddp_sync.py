@@ -3,9 +3,10 @@
     python scripts/bench_ddp_sync.py                     # 5 paired repeats, 2 processes, the medium MLP
     python scripts/bench_ddp_sync.py --repeats 3 --accumulate 4 --hidden 2048,2048
 
-With ``on_oom=split`` (the default) and several processes, runner averages the gradients after each
+With ``on_oom=split`` (opt-in with several processes) runner averages the gradients after each
 window's backward, so that a process that runs out of memory can tell the others (``training/
-memory_agreement.py``); ``on_oom=raise`` keeps DDP, whose gradient reduction overlaps the last backward.
+memory_agreement.py``); ``on_oom=raise`` (what the default ``auto`` is there) keeps DDP, whose gradient
+reduction overlaps the last backward.
 Each repeat runs both under real torchrun, interleaved (split, raise, split, raise, ...), and the table
 gives the median step time after a warm-up and the split/raise ratio paired repeat by repeat. On this
 project's CPU machines the processes share a few cores; on GPUs the overlap DDP gains is larger.

@@ -13,7 +13,7 @@ from conftest import PLUGINS, TINY, composed, read_scalars, run_cli
 
 from runner.checkpoint.state import TrainState, saved_keys
 from runner.config.errors import UserError
-from runner.experiment.parallel import memory_agreement
+from runner.experiment.parallel import memory_agreement, oom_policy
 from runner.training.distributed import ProcessInfo
 from runner.training.memory_agreement import Agreement
 from runner.training.oom import TAG, OutOfMemoryStop, OutOfMemoryUnsaved, cut, step_within_memory
@@ -222,8 +222,8 @@ def test_with_two_processes_where_one_runs_out_both_split_and_end_as_configured_
     """Rank 1 alone runs out at 16 samples: it tells rank 0 and both go on at 8 x 2, the run ending
     bit-identical (weights, BatchNorm statistics, optimizer, logged losses) to one configured 8 x 2 on 2
     processes, in DDP. Where even one sample runs out, both stop at the same point, in one line, and save."""
-    split = torchrun(*ON_TWO, "data.batch_size=16", "+model.limit=8", f"hydra.run.dir={tmp_path / 'split'}",
-                     cwd=tmp_path)  # fmt: skip
+    split = torchrun(*ON_TWO, "on_oom=split", "data.batch_size=16", "+model.limit=8",
+                     f"hydra.run.dir={tmp_path / 'split'}", cwd=tmp_path)  # fmt: skip
     assert split.returncode == 0, split.stderr[-3000:]
     said = "out of memory at micro-batch 16 on rank 1: continuing with 8 x 2 per step"
     assert (split.stdout + split.stderr).count(said) == 1  # one line for the run, not one per process
@@ -242,8 +242,9 @@ def test_with_two_processes_where_one_runs_out_both_split_and_end_as_configured_
     assert split_scalars[TAG] == [(1, 8.0)]
 
     no_norm = [argument for argument in ON_TWO if argument != "+model.norm=true"]  # (it needs 2 samples)
-    stopped = torchrun(*no_norm, "data.batch_size=16", "+model.limit=0", "+model.when=training",
-                       f"hydra.run.dir={tmp_path / 'stopped'}", cwd=tmp_path)  # fmt: skip
+    stopped = torchrun(*no_norm, "on_oom=split", "data.batch_size=16", "+model.limit=0",
+                       "+model.when=training", f"hydra.run.dir={tmp_path / 'stopped'}",
+                       cwd=tmp_path)  # fmt: skip
     assert stopped.returncode != 0
     errors = [line for line in stopped.stderr.splitlines() if line.startswith("runner: error:")]
     assert errors and set(errors) == {errors[0]}, stopped.stderr[-3000:]  # each process, the same line
@@ -257,8 +258,9 @@ def test_with_two_processes_validation_splits_alike_where_one_runs_out(tmp_path)
     """Rank 1 runs out in validation alone (and in the first-batch check): both validate again at 8, and
     train on at that size."""
     run_dir = tmp_path / "run"
-    validated = torchrun(*ON_TWO, "+model.when=evaluation", "+model.limit=8", "data.batch_size=16",
-                         "trainer.max_steps=2", f"hydra.run.dir={run_dir}", cwd=tmp_path)  # fmt: skip
+    validated = torchrun(*ON_TWO, "on_oom=split", "+model.when=evaluation", "+model.limit=8",
+                         "data.batch_size=16", "trainer.max_steps=2", f"hydra.run.dir={run_dir}",
+                         cwd=tmp_path)  # fmt: skip
     assert validated.returncode == 0, validated.stderr[-3000:]
     said = "out of memory in validation at batch 16 on rank 1: continuing with 8"
     assert (validated.stdout + validated.stderr).count(said) == 1
@@ -271,11 +273,23 @@ def test_the_processes_agree_on_memory_under_ddp_only_where_no_collective_runs_i
     two = ProcessInfo(rank=1, world_size=2)
     plain = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
     synced = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.SyncBatchNorm(4))
-    assert memory_agreement(composed(), two, plain) == Agreement(rank=1, enabled=True)
-    assert not memory_agreement(composed(), ProcessInfo(), plain).enabled  # one process: no one to tell
+    assert memory_agreement(composed("on_oom=split"), two, plain) == Agreement(rank=1, enabled=True)
+    assert not memory_agreement(composed("on_oom=split"), ProcessInfo(), plain).enabled  # no one to tell
     assert not memory_agreement(composed("on_oom=raise"), two, plain).enabled
-    assert not memory_agreement(composed("strategy=fsdp"), two, plain).enabled
-    assert not memory_agreement(composed(), two, synced).enabled
+    assert not memory_agreement(composed("on_oom=split", "strategy=fsdp"), two, plain).enabled
+    assert not memory_agreement(composed("on_oom=split"), two, synced).enabled
+
+
+def test_the_default_survives_out_of_memory_in_one_process_and_keeps_ddps_overlap_with_several():
+    """on_oom=auto: split where it costs nothing per step; with several processes DDP's reducer (no
+    agreement, which would need runner's own averaging after the backward); a name given is kept."""
+    one, two = ProcessInfo(), ProcessInfo(rank=0, world_size=2)
+    assert composed().on_oom == "auto"
+    assert oom_policy(composed(), one) == "split"
+    assert oom_policy(composed(), two) == "raise"
+    assert not memory_agreement(composed(), two, torch.nn.Linear(2, 2)).enabled
+    assert oom_policy(composed("on_oom=split"), two) == "split"
+    assert oom_policy(composed("on_oom=raise"), one) == "raise"
 
 
 @pytest.mark.slow

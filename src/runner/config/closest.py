@@ -2,7 +2,6 @@
 
 import difflib
 import inspect
-import pydoc
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -37,5 +36,7 @@ def unexpected_argument_hint(key: str, target: str, error: BaseException) -> str
     found = re.search(r"unexpected keyword argument '(\w+)'", str(error))
     if found is None or not isinstance(error, TypeError):
         return ""
+    import pydoc  # only a failed call looks the target up again: a run that starts never imports it
+
     closest = closest_name(found[1], argument_names(pydoc.locate(target)))
     return f"; {key}.{closest} is its argument closest to {found[1]}" if closest else ""

@@ -151,8 +151,9 @@ class RunConfig:
     # A non-finite gradient: stop before it is applied (raise), skip the step (skip), or no check (off).
     on_nonfinite: str = setting("raise", rule=one_of("raise", "skip", "off"))
     max_nonfinite_in_a_row: int = setting(5, rule=int_at_least(1))
-    # Out of memory in a training step: halve the micro-batch and redo the step (split), or stop (raise).
-    on_oom: str = setting("split", rule=one_of("split", "raise"), resume="may_change")
+    # Out of memory in a training step: halve the micro-batch and redo the step (split), or stop (raise);
+    # auto: split with one process, raise with several (DDP keeps its overlapped gradient sync).
+    on_oom: str = setting("auto", rule=one_of("auto", "split", "raise"), resume="may_change")
     # Speed: torch.compile the model; TF32 matmuls on GPUs that have them; channels-last conv models.
     compile: bool = setting(False, rule=BOOLEAN)
     # torch.compile's options (training/compiling.py); compile_regional: each repeated block compiled once.

@@ -26,6 +26,16 @@ class Spread:
     memory: Agreement = field(default_factory=Agreement)  # enabled: runner averages the gradients (step.py)
 
 
+def oom_policy(config: RunConfig, process: ProcessInfo) -> str:
+    """``on_oom=auto`` (the default): ``split`` with one process, where surviving costs nothing per
+    step; ``raise`` with several, so that DDP's reducer overlaps the all-reduce with the backward.
+    Surviving there (``on_oom=split``) needs every process to agree after the backward, without that
+    overlap (docs/long-runs.md), so it is asked for by name."""
+    if config.on_oom != "auto":
+        return config.on_oom
+    return "raise" if process.distributed else "split"
+
+
 def memory_agreement(config: RunConfig, process: ProcessInfo, model: nn.Module) -> Agreement:
     """Where the processes agree that one ran out of memory, so all split alike (``oom.py``): several
     processes under DDP. Not where a collective runs inside the forward, where one process cannot leave
@@ -33,9 +43,8 @@ def memory_agreement(config: RunConfig, process: ProcessInfo, model: nn.Module) 
     (it is not redone)."""
     ddp = config.strategy == "ddp" and not config.optimizers
     communicates = any(isinstance(module, nn.SyncBatchNorm) for module in model.modules())
-    return Agreement(
-        process.rank, enabled=process.distributed and ddp and not communicates and config.on_oom == "split"
-    )
+    split = oom_policy(config, process) == "split"
+    return Agreement(process.rank, enabled=process.distributed and ddp and not communicates and split)
 
 
 def described(blocks: list[nn.Module]) -> str:
@@ -88,8 +97,8 @@ def spread_model(
         broadcast_from_first([*model.parameters(), *model.buffers()])  # rank 0's start, as DDP's
         notes["strategy"] = (
             f"ddp: a whole copy of the model on each of {process.world_size} processes; gradients averaged "
-            "after each window's backward (on_oom=split), not overlapped with it as DDP's reducer does; "
-            "on_oom=raise keeps DDP's overlap (docs/performance.md)"
+            "after each window's backward (on_oom=split), not overlapped with it as DDP's reducer does "
+            "(on_oom=auto keeps DDP's overlap; docs/performance.md)"
         )
         share_buffers = functools.partial(broadcast_from_first, list(model.buffers()))
         forward = compiled_now(forward_model, compile_options(config))
@@ -98,6 +107,10 @@ def spread_model(
         from torch.nn.parallel import DistributedDataParallel
 
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        notes["strategy"] = f"ddp: a whole copy of the model on each of {process.world_size} processes"
+        notes["strategy"] = (
+            f"ddp: a whole copy of the model on each of {process.world_size} processes, gradients averaged "
+            f"by DDP during the backward; out of memory stops the run (on_oom={oom_policy(config, process)}; "
+            "on_oom=split survives it without the overlap: docs/long-runs.md)"
+        )
         return Spread(compiled_now(ddp, compile_options(config)), ddp.no_sync, notes)
     return Spread(forward_model, nullcontext, notes)

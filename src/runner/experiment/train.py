@@ -25,7 +25,7 @@ from runner.config.typed import as_dict
 from runner.data.loading import SamplerOrder, StreamPosition, batches_per_epoch
 from runner.experiment.finish import Run, resume_advice, watch_of
 from runner.experiment.lock import refuse_if_held, run_dir_lock
-from runner.experiment.parallel import spread_model
+from runner.experiment.parallel import oom_policy, spread_model
 from runner.experiment.relaunch import resume_command
 from runner.experiment.resume import check_planned_values, check_resume_compatible, check_world_size
 from runner.experiment.runplan import Built, run_plan
@@ -60,8 +60,9 @@ class NothingToTrain(Exception):
     nothing written. Not an error: the command says so in one line (the message) and exits 0."""
 
 
-def loop_settings(config: RunConfig, metrics: dict[str, Any]) -> LoopSettings:
-    """``metrics``: the run's metric objects, built from ``config.metrics``."""
+def loop_settings(config: RunConfig, metrics: dict[str, Any], on_oom: str) -> LoopSettings:
+    """``metrics``: the run's metric objects, built from ``config.metrics``; ``on_oom``: split or raise,
+    as ``oom_policy`` reads ``config.on_oom`` for this run's processes."""
     trainer = config.trainer
     return LoopSettings(
         max_steps=trainer.max_steps,
@@ -75,7 +76,7 @@ def loop_settings(config: RunConfig, metrics: dict[str, Any]) -> LoopSettings:
         monitor_mode=config.checkpoint.mode,
         on_nonfinite=config.on_nonfinite,
         max_nonfinite_in_a_row=config.max_nonfinite_in_a_row,
-        on_oom=config.on_oom,
+        on_oom=on_oom,
         metrics=metrics,
     )
 
@@ -141,7 +142,8 @@ def train_in_this_process(
         config.data.target_key, skip_grad_sync=spread.skip_grad_sync, plain_model=model,
         processes=process.world_size, memory=spread.memory, share_buffers=spread.share_buffers,
     )  # fmt: skip
-    settings = loop_settings(config, build_named(build, "metrics", config.metrics))
+    metrics = build_named(build, "metrics", config.metrics)
+    settings = loop_settings(config, metrics, oom_policy(config, process))
     check_metrics_fit_loss(settings.metrics, parts.loss_fn)
     callbacks = Callbacks({**build_named(build, "callbacks", config.callbacks), **(added_callbacks or {})})
     check_loadable(callbacks.state_dict(), "callbacks_state_dict")  # before anything is written

@@ -1,0 +1,66 @@
+"""Run under torchrun with 2 processes by tests/test_ddp_overlap.py: the model spread as the real
+composed config says (``spread_model``), one window trained by runner's own step, and DDP's reducer
+watched through its public comm hook. Each rank writes to ``rank<N>.txt`` how many gradient buckets
+DDP reduced in the second step and how many of them while the backward was still running (before the
+first layer's gradient, the last one backward computes, was made)."""
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as torch_dist
+from hydra import compose, initialize_config_dir
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from runner.cli.hydra_app import CONFIG_DIR
+from runner.config.typed import typed_config
+from runner.experiment.parallel import spread_model
+from runner.training.distributed import from_environment
+from runner.training.precision import resolve_precision
+from runner.training.step import Learner, train_step
+
+
+def main(overrides: list[str]) -> None:
+    torch_dist.init_process_group("gloo")
+    process, cpu = from_environment(), torch.device("cpu")
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        config = typed_config(compose("config", overrides=overrides))
+    torch.manual_seed(0)
+    # DDP's first bucket holds about 1 MB of the last parameters (the last layer's 4 MB weight closes
+    # it), the rest go in a second: the first is reduced while the backward goes on to the first layer.
+    model = nn.Sequential(*(nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()) for _ in range(4)))
+    backward_done = {"first layer": False}
+    model[0][0].weight.register_hook(lambda grad: backward_done.update({"first layer": True}))
+    spread = spread_model(config, model, model, cpu, "fp32", process)
+    buckets = {"reduced": 0, "during the backward": 0}
+    if isinstance(spread.forward_model, DistributedDataParallel):
+
+        def counted(state, bucket):
+            buckets["reduced"] += 1
+            buckets["during the backward"] += not backward_done["first layer"]
+            work = torch_dist.all_reduce(bucket.buffer() / process.world_size, async_op=True)
+            return work.get_future().then(lambda future: future.value()[0])
+
+        spread.forward_model.register_comm_hook(None, counted)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    precision = resolve_precision("fp32", cpu)
+    learner = Learner(spread.forward_model, nn.functional.mse_loss, optimizer, precision, cpu, False,
+                      "labels", skip_grad_sync=spread.skip_grad_sync, plain_model=model,
+                      processes=process.world_size, memory=spread.memory,
+                      share_buffers=spread.share_buffers)  # fmt: skip
+    for _step in range(2):  # DDP sizes its buckets anew after the first step, in the order grads came
+        buckets.update({"reduced": 0, "during the backward": 0})
+        backward_done["first layer"] = False
+        window = [(torch.randn(8, 1024), torch.randn(8, 1024)) for _ in range(2)]
+        train_step(learner, window, clip_norm=None)
+    strategy = spread.notes.get("strategy", "")
+    Path(f"rank{process.rank}.txt").write_text(
+        f"{buckets['reduced']} {buckets['during the backward']}\n{strategy}\n"
+    )
+    torch_dist.barrier()
+    torch_dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
