@@ -1,8 +1,8 @@
 """Run under torchrun with 2 processes by tests/test_ddp_overlap.py: the model spread as the real
 composed config says (``spread_model``), one window trained by runner's own step, and DDP's reducer
 watched through its public comm hook. Each rank writes to ``rank<N>.txt`` how many gradient buckets
-DDP reduced in the second step and how many of them while the backward was still running (before the
-first layer's gradient, the last one backward computes, was made)."""
+DDP reduced in the second step and how many of them while the synced backward was still running (before
+that backward made the first layer's gradient, the last one it computes)."""
 
 import sys
 from pathlib import Path
@@ -30,15 +30,20 @@ def main(overrides: list[str]) -> None:
     # DDP's first bucket holds about 1 MB of the last parameters (the last layer's 4 MB weight closes
     # it), the rest go in a second: the first is reduced while the backward goes on to the first layer.
     model = nn.Sequential(*(nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()) for _ in range(4)))
-    backward_done = {"first layer": False}
-    model[0][0].weight.register_hook(lambda grad: backward_done.update({"first layer": True}))
+    micro_batches = 2  # the first under no_sync, the second synced: DDP reduces in its backward
+    first_layer_grads = {"made": 0}  # one per micro-batch's backward
+
+    def made(grad: torch.Tensor) -> None:
+        first_layer_grads["made"] += 1
+
+    model[0][0].weight.register_hook(made)
     spread = spread_model(config, model, model, cpu, "fp32", process)
     buckets = {"reduced": 0, "during the backward": 0}
     if isinstance(spread.forward_model, DistributedDataParallel):
 
         def counted(state, bucket):
             buckets["reduced"] += 1
-            buckets["during the backward"] += not backward_done["first layer"]
+            buckets["during the backward"] += first_layer_grads["made"] < micro_batches
             work = torch_dist.all_reduce(bucket.buffer() / process.world_size, async_op=True)
             return work.get_future().then(lambda future: future.value()[0])
 
@@ -51,8 +56,8 @@ def main(overrides: list[str]) -> None:
                       share_buffers=spread.share_buffers)  # fmt: skip
     for _step in range(2):  # DDP sizes its buckets anew after the first step, in the order grads came
         buckets.update({"reduced": 0, "during the backward": 0})
-        backward_done["first layer"] = False
-        window = [(torch.randn(8, 1024), torch.randn(8, 1024)) for _ in range(2)]
+        first_layer_grads["made"] = 0
+        window = [(torch.randn(8, 1024), torch.randn(8, 1024)) for _ in range(micro_batches)]
         train_step(learner, window, clip_norm=None)
     strategy = spread.notes.get("strategy", "")
     Path(f"rank{process.rank}.txt").write_text(
