@@ -60,9 +60,8 @@ class NothingToTrain(Exception):
     nothing written. Not an error: the command says so in one line (the message) and exits 0."""
 
 
-def loop_settings(config: RunConfig, metrics: dict[str, Any], on_oom: str) -> LoopSettings:
-    """``metrics``: the run's metric objects, built from ``config.metrics``; ``on_oom``: split or raise,
-    as ``oom_policy`` reads ``config.on_oom`` for this run's processes."""
+def loop_settings(config: RunConfig, metrics: dict[str, Any], process: ProcessInfo) -> LoopSettings:
+    """``metrics``: built from ``config.metrics``; ``on_oom`` as it holds for ``process`` (``oom_policy``)."""
     trainer = config.trainer
     return LoopSettings(
         max_steps=trainer.max_steps,
@@ -76,7 +75,7 @@ def loop_settings(config: RunConfig, metrics: dict[str, Any], on_oom: str) -> Lo
         monitor_mode=config.checkpoint.mode,
         on_nonfinite=config.on_nonfinite,
         max_nonfinite_in_a_row=config.max_nonfinite_in_a_row,
-        on_oom=on_oom,
+        on_oom=oom_policy(config, process),
         metrics=metrics,
     )
 
@@ -142,8 +141,7 @@ def train_in_this_process(
         config.data.target_key, skip_grad_sync=spread.skip_grad_sync, plain_model=model,
         processes=process.world_size, memory=spread.memory, share_buffers=spread.share_buffers,
     )  # fmt: skip
-    metrics = build_named(build, "metrics", config.metrics)
-    settings = loop_settings(config, metrics, oom_policy(config, process))
+    settings = loop_settings(config, build_named(build, "metrics", config.metrics), process)
     check_metrics_fit_loss(settings.metrics, parts.loss_fn)
     callbacks = Callbacks({**build_named(build, "callbacks", config.callbacks), **(added_callbacks or {})})
     check_loadable(callbacks.state_dict(), "callbacks_state_dict")  # before anything is written
