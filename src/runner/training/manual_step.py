@@ -21,7 +21,9 @@ from runner.config.errors import UserError
 from runner.training.batches import count_samples, to_device
 from runner.training.distributed import average_gradients, broadcast_from_first
 from runner.training.named_optimizers import NamedOptimizers
-from runner.training.step import Learner, StepResult, all_processes, global_norm, item_shares, summed
+from runner.training.step import Learner, StepResult
+from runner.training.update import update
+from runner.training.weighing import sample_shares, summed
 
 OWN_STEP = "training_step"
 
@@ -64,26 +66,15 @@ class Step:
         optimizer = self._named.optimizer(name)
         if not self.last_micro_batch:
             return
-        learner, scaler = self._learner, self._learner.precision.scaler
+        learner = self._learner
         parameters = self._named.trainable(name)
         if learner.processes > 1:
             average_gradients(parameters, learner.processes)
-        scaler.unscale_(optimizer)
-        grads = [p.grad for p in parameters if p.grad is not None]
-        norm = (
-            global_norm(torch.nn.utils.get_total_norm(grads))
-            if grads
-            else torch.zeros((), device=learner.device)
-        )
         clip = self._named.clips[name]
-        if clip is not None and grads:
-            torch.nn.utils.clip_grads_with_norm_(parameters, clip, norm)
-        applied = not self._check_finite or bool(torch.isfinite(norm))
-        if applied or scaler.is_enabled():
-            scaler.step(optimizer)
-        optimizer.zero_grad(set_to_none=True)
+        done = update(optimizer, parameters, learner.precision.scaler, clip, self._check_finite)
+        norm, applied = done.norm.detach(), done.applied
         updates = self._updates
-        updates.norms[name] = norm.detach()
+        updates.norms[name] = norm
         updates.clipped[name] = norm * (clip / (norm + 1e-6)).clamp(max=1.0) if clip is not None else norm
         updates.applied[name] = applied and updates.applied.get(name, True)
 
@@ -113,7 +104,7 @@ def manual_train_step(
     model, processes = learner.plain_model, learner.processes
     counts = [count_samples(batch, learner.target_key) for batch in window]
     weighed = len(window) > 1 or processes > 1
-    shares = item_shares(counts, all_processes(sum(counts), processes), processes) if weighed else [1.0]
+    shares = sample_shares(counts, processes)
     if processes > 1:
         broadcast_from_first(list(model.buffers()))  # rank 0's, as DDP does before a forward
     updates = Updates()
