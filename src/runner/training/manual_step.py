@@ -51,19 +51,36 @@ class Step:
         self._learner, self._named, self._check_finite, self._updates = learner, named, check_finite, updates
         self.share = 1.0  # this micro-batch's weight in the window's gradient
         self.last_micro_batch = True  # updates apply only on the window's last micro-batch
+        # The optimizers a backward reached and those updated in this window: an update with no
+        # gradient, or a window with no update, trains nothing and is refused (it would end "ok").
+        self.backed: set[str] = set()
+        self.updated: set[str] = set()
 
     def backward(self, loss: torch.Tensor, *names: str) -> None:
         """Add this micro-batch's share of ``loss``'s gradient to the parameters of the optimizers
         named (every optimizer's when none is named), and to no others."""
         parameters = self._named.trainable(*names)
+        self.backed.update(names or self._named.optimizers)
         weighted = loss if self.share == 1.0 else loss * self.share
         with torch.autocast(self._learner.device.type, enabled=False):  # backward outside autocast
             self._learner.precision.scaler.scale(weighted).backward(inputs=parameters)
 
-    def update(self, name: str) -> None:
-        """The optimizer ``name``'s update, with the gradients its parameters hold: averaged over the
-        processes, unscaled, clipped at its own clip, checked, applied, then cleared."""
+    def update(self, name: str | None = None) -> None:
+        """The optimizer ``name``'s update (each optimizer's in turn when none is named), with the
+        gradients its parameters hold: averaged over the processes, unscaled, clipped at its own clip,
+        checked, applied, then cleared."""
+        if name is None:
+            for each in self._named.optimizers:
+                self.update(each)
+            return
         optimizer = self._named.optimizer(name)
+        if name not in self.backed:
+            raise UserError(
+                f"{OWN_STEP} called step.update({name!r}) with no step.backward(loss, {name!r}) before it in "
+                f"this step, so the update would apply no gradient; call step.backward(loss, {name!r}) (or "
+                "step.backward(loss) for every optimizer) before it"
+            )
+        self.updated.add(name)
         if not self.last_micro_batch:
             return
         learner = self._learner
@@ -122,6 +139,12 @@ def manual_train_step(
             totals[name] = weighted if name not in totals else totals[name] + weighted
         if not keep_last:
             returned = None
+    if not step.updated:
+        raise UserError(
+            f"{type(model).__name__}.{OWN_STEP} updated no optimizer in a step, so it trains nothing; call "
+            "step.update(name) after step.backward(loss, name) for at least one of "
+            + ", ".join(named.optimizers)
+        )
     if processes > 1:  # the window's losses over every process's samples
         names = list(totals)
         means = summed(torch.stack([totals[name] for name in names]), processes)

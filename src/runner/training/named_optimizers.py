@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from runner.config.errors import UserError
+
 
 @dataclass
 class NamedOptimizers:
@@ -33,8 +35,9 @@ class NamedOptimizers:
 
     def optimizer(self, name: str) -> torch.optim.Optimizer:
         if name not in self.optimizers:
-            raise KeyError(
-                f"no optimizer named {name!r}; the config's optimizers are {', '.join(self.optimizers)}"
+            raise UserError(
+                f"the model's training_step named the optimizer {name!r} (in step.backward or step.update), "
+                f"and there is none of that name; the config's optimizers are {', '.join(self.optimizers)}"
             )
         return self.optimizers[name]
 

@@ -1,0 +1,114 @@
+"""A step the model writes (``training_step``) is never ignored, and one that trains nothing is said:
+with the run's one optimizer the model's step runs (as Lightning runs a LightningModule's); a step that
+updates no optimizer, updates without a backward, or names an optimizer the config has not, stops in
+one line naming the optimizers; doctor's update check runs the model's own step. Models:
+``tests/plugins/own_steps.py``."""
+
+import importlib
+import logging
+
+import pytest
+import torch
+from conftest import PLUGINS, TINY, composed, read_scalars
+from hydra.utils import instantiate
+
+from runner.cli.main import main
+from runner.experiment.setup import build_optimizer, prepare
+from runner.tools.doctor import FAIL, PASS, Setup, run_checks
+from runner.training.precision import resolve_precision
+from runner.training.step import Learner, train_step
+
+CPU = torch.device("cpu")
+
+TWO = tuple(
+    f"+optimizers.{part}.{key}={value}"
+    for part in ("body", "head")
+    for key, value in (("params", f"{part}.*"), ("_target_", "torch.optim.SGD"), ("lr", 0.1))
+)
+NEVER_UPDATES = (
+    "training_step updated no optimizer in a step, so it trains nothing; call step.update(name) after "
+    "step.backward(loss, name) for at least one of "
+)
+
+
+def weights(run_dir):
+    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model_state_dict"]
+
+
+def test_a_models_own_step_with_the_runs_one_optimizer_runs_and_trains_as_the_default_step(
+    train_here, tmp_path
+):
+    """Written as runner's default step (backward, update), the model's step gives the same weights bit
+    for bit; its own scalar in the logs shows that it ran."""
+    own = train_here(*TINY, "model._target_=own_steps.OwnStep", run_dir=tmp_path / "own")
+    default = train_here(*TINY, "model._target_=own_steps.TwoLayers", run_dir=tmp_path / "default")
+    scalars = read_scalars(own)
+    assert [value for _, value in scalars["train/ran_own_step"]] == [1.0] * 4
+    assert "train/ran_own_step" not in read_scalars(default)
+    assert scalars["train/loss"] == read_scalars(default)["train/loss"]
+    for name, tensor in weights(default).items():
+        assert torch.equal(weights(own)[name], tensor), name
+
+
+@pytest.mark.parametrize(
+    ("model", "optimizers", "expected"),
+    [
+        ("NeverUpdates", (), f"NeverUpdates.{NEVER_UPDATES}optimizer"),
+        ("NeverUpdates", TWO, f"NeverUpdates.{NEVER_UPDATES}body, head"),
+        ("UpdatesWithoutBackward", (), "training_step called step.update('optimizer') with no "
+         "step.backward(loss, 'optimizer') before it in this step, so the update would apply no gradient"),
+        ("NamesAnotherOptimizer", TWO, "the model's training_step named the optimizer 'generator' (in "
+         "step.backward or step.update), and there is none of that name; the config's optimizers are "
+         "body, head"),
+    ],
+)  # fmt: skip
+def test_a_step_that_trains_nothing_stops_in_one_line_naming_the_optimizer(
+    tmp_path, monkeypatch, capsys, model, optimizers, expected
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    with pytest.raises(SystemExit) as exited:
+        main(
+            [
+                "train",
+                *TINY,
+                f"model._target_=own_steps.{model}",
+                *optimizers,
+                f"hydra.run.dir={tmp_path / 'run'}",
+            ]
+        )
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"runner: error: {expected}"), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_step_that_updates_one_of_two_optimizers_in_a_step_is_not_refused(monkeypatch):
+    """The body updated every step and the head every other (WGAN's n_critic): both train."""
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    model = importlib.import_module("own_steps").HeadEveryOtherStep((1, 8, 8), 10)
+    optimizer = build_optimizer(instantiate, composed(*TINY, *TWO), model)
+    learner = Learner(model, None, optimizer, resolve_precision("fp32", CPU), CPU, False, "labels")
+    batch = (torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 2, 3]))
+    body, head = model.body.weight.detach().clone(), model.head.weight.detach().clone()
+    train_step(learner, [batch], None)
+    assert torch.equal(model.head.weight, head) and not torch.equal(model.body.weight, body)
+    train_step(learner, [batch], None)
+    assert not torch.equal(model.head.weight, head)
+
+
+@pytest.mark.parametrize(
+    ("model", "status", "found"),
+    [("OwnStep", PASS, "4 of 4 trainable tensors changed (lr 0.001)"),
+     ("NeverUpdates", FAIL, f"NeverUpdates.{NEVER_UPDATES}optimizer")],
+)  # fmt: skip
+def test_doctors_update_check_runs_the_models_own_step(monkeypatch, caplog, model, status, found):
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    caplog.set_level(logging.WARNING)
+    config = composed(*TINY, f"model._target_=own_steps.{model}")
+    prepared = prepare(config, instantiate, config.seed)
+    results = run_checks(
+        Setup.of(config, prepared, lambda model: build_optimizer(instantiate, config, model))
+    )
+    assert results[5].status == status, results[5]
+    assert results[5].found.startswith(found), results[5]
