@@ -44,6 +44,9 @@ def test_a_models_own_step_with_the_runs_one_optimizer_runs_and_trains_as_the_de
     default = train_here(*TINY, "model._target_=own_steps.TwoLayers", run_dir=tmp_path / "default")
     scalars = read_scalars(own)
     assert [value for _, value in scalars["train/ran_own_step"]] == [1.0] * 4
+    assert {"train/lr/optimizer", "train/grad_norm/optimizer", "train/grad_norm"} <= set(scalars)
+    saved = torch.load(own / "checkpoints" / "last.pt", weights_only=True)["optimizer_state_dict"]
+    assert list(saved) == ["optimizer"]
     assert "train/ran_own_step" not in read_scalars(default)
     assert scalars["train/loss"] == read_scalars(default)["train/loss"]
     for name, tensor in weights(default).items():
