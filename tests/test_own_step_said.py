@@ -12,6 +12,7 @@ import torch
 from conftest import PLUGINS, TINY, composed, read_scalars
 from hydra.utils import instantiate
 
+from runner.checkpoint.files import CheckpointError
 from runner.cli.main import main
 from runner.experiment.setup import build_optimizer, prepare
 from runner.tools.doctor import FAIL, PASS, Setup, run_checks
@@ -115,3 +116,21 @@ def test_doctors_update_check_runs_the_models_own_step(monkeypatch, caplog, mode
     )
     assert results[5].status == status, results[5]
     assert results[5].found.startswith(found), results[5]
+
+
+def test_a_checkpoint_of_runners_own_step_is_refused_by_a_model_that_now_writes_its_step(
+    train_here, monkeypatch
+):
+    """A run saved while its model had no ``training_step`` (or while runner ignored it), resumed once it
+    has one: its optimizer's state is one optimizer's, not by name, and the resume stops in one line."""
+    run_dir = train_here(*TINY, "model._target_=own_steps.TwoLayers", "checkpoint.every_n_steps=2")
+    own_steps = importlib.import_module("own_steps")
+    monkeypatch.setattr(own_steps.TwoLayers, "training_step", own_steps.OwnStep.training_step, raising=False)
+    refused = (
+        r"the optimizer state does not fit \(it holds one optimizer's state, saved by runner's own step; "
+        r"this run's model writes its own step"
+    )
+    with pytest.raises(CheckpointError, match=refused):
+        train_here(
+            *TINY, "model._target_=own_steps.TwoLayers", "trainer.max_steps=6", "resume=auto", run_dir=run_dir
+        )

@@ -60,6 +60,12 @@ class NamedOptimizers:
         return {name: optimizer.state_dict() for name, optimizer in self.optimizers.items()}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        if "param_groups" in state_dict:  # one optimizer's own state: a run of runner's own step
+            raise ValueError(
+                "it holds one optimizer's state, saved by runner's own step; this run's model writes its "
+                f"own step (training_step) with optimizers {', '.join(self.optimizers)}, by name: resume it "
+                "with the model that saved it"
+            )
         if set(state_dict) != set(self.optimizers):
             raise ValueError(
                 f"it holds optimizers {', '.join(map(str, state_dict)) or 'none by name'}; this run has "
