@@ -104,18 +104,25 @@ def test_a_step_that_updates_one_of_two_optimizers_in_a_step_is_not_refused(monk
 @pytest.mark.parametrize(
     ("model", "status", "found"),
     [("OwnStep", PASS, "4 of 4 trainable tensors changed (lr 0.001)"),
-     ("NeverUpdates", FAIL, f"NeverUpdates.{NEVER_UPDATES}optimizer")],
+     ("NeverUpdates", FAIL, f"NeverUpdates.{NEVER_UPDATES}optimizer"),
+     ("FailsAfterItsUpdate", FAIL, "the model's training_step raised RuntimeError: a bug after the update")],
 )  # fmt: skip
 def test_doctors_update_check_runs_the_models_own_step(monkeypatch, caplog, model, status, found):
+    """Its trial step is undone whatever the step did: the model leaves doctor as it came."""
     monkeypatch.syspath_prepend(str(PLUGINS))
     caplog.set_level(logging.WARNING)
     config = composed(*TINY, f"model._target_=own_steps.{model}")
-    prepared = prepare(config, instantiate, config.seed)
-    results = run_checks(
-        Setup.of(config, prepared, lambda model: build_optimizer(instantiate, config, model))
+    setup = Setup.of(
+        config,
+        prepare(config, instantiate, config.seed),
+        lambda model: build_optimizer(instantiate, config, model),
     )
+    before = {name: tensor.clone() for name, tensor in setup.model.state_dict().items()}
+    results = run_checks(setup)
     assert results[5].status == status, results[5]
     assert results[5].found.startswith(found), results[5]
+    for name, tensor in setup.model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
 
 
 def test_a_checkpoint_of_runners_own_step_is_refused_by_a_model_that_now_writes_its_step(

@@ -68,3 +68,12 @@ class HeadEveryOtherStep(TwoLayers):
         for name in names:
             step.update(name)
         return loss
+
+
+class FailsAfterItsUpdate(TwoLayers):
+    """A step with a bug after its update: doctor reports it and puts the model back."""
+
+    def training_step(self, batch, step) -> torch.Tensor:
+        step.backward(self.loss(batch))
+        step.update()
+        raise RuntimeError("a bug after the update")

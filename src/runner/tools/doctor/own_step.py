@@ -12,6 +12,7 @@ from torch import nn
 
 from runner.config.errors import UserError
 from runner.tools.doctor.probe import FAIL, SKIP, Finding, Probe
+from runner.training.manual_step import OWN_STEP
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.random_state import kept_random_state
 from runner.training.step import Learner, StepResult, train_step
@@ -24,7 +25,8 @@ ADVICE_OWN_STEP = (
 def own_step_once(probe: Probe, optimizer: NamedOptimizers) -> str | None:
     """One step of the model's own ``training_step`` on the probe's batch, as a run takes it (the
     optimizers stepped by what the model calls, not by doctor); the line a run would stop with where
-    the step trains nothing, else None. Its buffers and check 5's gradients are put back."""
+    the step trains nothing or fails, else None. Its buffers and check 5's gradients are put back (the
+    caller puts the parameters back)."""
     setup, model = probe.setup, probe.setup.model
     buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
     grads = {name: p.grad for name, p in model.named_parameters()}
@@ -34,6 +36,9 @@ def own_step_once(probe: Probe, optimizer: NamedOptimizers) -> str | None:
             train_step(learner, [probe.batch], setup.clip, check_finite=False)
     except UserError as error:
         return str(error)
+    except Exception as error:  # the model's own code: a finding, and the model put back all the same
+        first_line = str(error).partition("\n")[0]
+        return f"the model's {OWN_STEP} raised {type(error).__name__}: {first_line}"
     finally:
         with torch.no_grad():
             for name, buffer in model.named_buffers():
