@@ -37,11 +37,13 @@ def weights(run_dir):
 
 
 def test_a_models_own_step_with_the_runs_one_optimizer_runs_and_trains_as_the_default_step(
-    train_here, tmp_path
+    train_here, tmp_path, caplog
 ):
     """Written as runner's default step (backward, update), the model's step gives the same weights bit
     for bit; its own scalar in the logs shows that it ran."""
     own = train_here(*TINY, "model._target_=own_steps.OwnStep", run_dir=tmp_path / "own")
+    plan = "\n".join(record.getMessage() for record in caplog.records)
+    assert "step             the model's training_step(batch, step), updating by name: optimizer" in plan
     default = train_here(*TINY, "model._target_=own_steps.TwoLayers", run_dir=tmp_path / "default")
     scalars = read_scalars(own)
     assert [value for _, value in scalars["train/ran_own_step"]] == [1.0] * 4

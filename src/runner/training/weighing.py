@@ -12,16 +12,26 @@ would be a host sync per step). A step the model writes weighs by samples (:func
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
+from torch import nn
 
 from runner.training.batches import count_samples
 from runner.training.distributed import sum_across_processes
+from runner.training.memory_agreement import Agreement
 from runner.training.reduction import sums_its_loss
 
-if TYPE_CHECKING:
-    from runner.training.step import Learner
+
+class Weighed(Protocol):
+    """What weighing reads of a learner (``step.Learner``)."""
+
+    loss_fn: Callable
+    plain_model: nn.Module | None
+    target_key: str
+    processes: int
+    device: torch.device
+    memory: Agreement
 
 
 @dataclass
@@ -98,7 +108,7 @@ class WindowWeights:
         return window_loss, float(sum(counts[index] for index in kept))
 
 
-def window_weights(learner: "Learner", window: list, count: Callable[..., int | float]) -> WindowWeights:
+def window_weights(learner: Weighed, window: list, count: Callable[..., int | float]) -> WindowWeights:
     """The weights of ``window``'s micro-batches, counted before any runs; ``count(batch, loss_fn,
     target_key)``: what a micro-batch's loss averages over (``batches.loss_items``)."""
     processes = learner.processes
