@@ -14,8 +14,10 @@ from hydra.utils import instantiate
 
 from runner.checkpoint.files import CheckpointError
 from runner.cli.main import main
+from runner.config.errors import UserError
 from runner.experiment.setup import build_optimizer, prepare
 from runner.tools.doctor import FAIL, PASS, Setup, run_checks
+from runner.tools.lr_find import find_lr
 from runner.training.precision import resolve_precision
 from runner.training.step import Learner, train_step
 
@@ -143,3 +145,25 @@ def test_a_checkpoint_of_runners_own_step_is_refused_by_a_model_that_now_writes_
         train_here(
             *TINY, "model._target_=own_steps.TwoLayers", "trainer.max_steps=6", "resume=auto", run_dir=run_dir
         )
+
+
+def test_lr_find_runs_a_models_own_step_with_one_optimizer_and_refuses_several(monkeypatch):
+    """One optimizer: one loss to choose its rate by, the curve of runner's own step; several: one line."""
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    own_steps = importlib.import_module("own_steps")
+    generator = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(8, 1, 8, 8, generator=generator), torch.arange(8) % 10) for _ in range(4)]
+
+    def curve(model_class, *overrides):
+        torch.manual_seed(0)
+        model, config = model_class((1, 8, 8), 10), composed(*TINY, *overrides)
+        precision = resolve_precision("fp32", CPU)
+        return find_lr(
+            model, lambda model: build_optimizer(instantiate, config, model), torch.nn.CrossEntropyLoss(),
+            batches, CPU, precision, config.clip, "labels", num_steps=20,
+        )  # fmt: skip
+
+    own, default = curve(own_steps.OwnStep), curve(own_steps.TwoLayers)
+    assert own.lrs == default.lrs and own.losses == default.losses and len(own.lrs) >= 10
+    with pytest.raises(UserError, match=r"^lr_find: optimizers body, head each have a rate"):
+        curve(own_steps.OwnStep, *TWO)
