@@ -74,7 +74,7 @@ def test_the_counter_sees_a_read_in_every_step_where_the_guard_must_decide_each_
     with RunnersReads() as mode:
         train_here(*QUIET, "on_nonfinite=skip")
     in_steps = [read for read in mode.reads if read[1] and read[2] is not None]
-    assert len(in_steps) == 20 and {function for function, _, _ in in_steps} == {"train_step"}
+    assert len(in_steps) == 20 and {function for function, _, _ in in_steps} == {"update"}
 
 
 def test_a_nonfinite_norm_between_log_steps_stops_at_the_next_read_naming_its_step(train_here, tmp_path):

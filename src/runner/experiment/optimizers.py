@@ -99,6 +99,20 @@ def named_optimizers(
     return NamedOptimizers(optimizers, clips, schedulers, manual_train_step)
 
 
+ONE = "optimizer"  # the run's one optimizer, named by its config key in a step the model writes
+
+
+def own_step_optimizer(config: RunConfig, optimizer: torch.optim.Optimizer) -> NamedOptimizers:
+    """A model that writes its own step, with the run's one optimizer: its step runs, as Lightning runs a
+    LightningModule's ``training_step`` (a step the model has is never ignored). The optimizer is named
+    ``optimizer``, with the run's ``clip`` and ``scheduler``."""
+    if config.strategy == "fsdp":
+        raise ConfigError(
+            f"strategy=fsdp is not supported with a step the model writes ({OWN_STEP}); use strategy=ddp"
+        )
+    return NamedOptimizers({ONE: optimizer}, {ONE: config.clip}, {ONE: config.scheduler}, manual_train_step)
+
+
 def named_schedules(named: NamedOptimizers, build_schedule: Callable[..., Schedule]) -> Schedule:
     """Each optimizer's scheduler (``build_schedule(spec, optimizer)``), stepped together: they must
     step at the same points (the same interval and monitor)."""

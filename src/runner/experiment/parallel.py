@@ -14,6 +14,7 @@ from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
 from runner.training.compiling import compile_options, compiled_now
 from runner.training.distributed import ProcessInfo, broadcast_from_first
+from runner.training.manual_step import writes_own_step
 from runner.training.memory_agreement import Agreement
 
 
@@ -41,7 +42,7 @@ def memory_agreement(config: RunConfig, process: ProcessInfo, model: nn.Module) 
     processes under DDP. Not where a collective runs inside the forward, where one process cannot leave
     the others: FSDP's parameter gathers, a SyncBatchNorm's statistics. Nor for a step the model writes
     (it is not redone)."""
-    ddp = config.strategy == "ddp" and not config.optimizers
+    ddp = config.strategy == "ddp" and not writes_own_step(model)
     communicates = any(isinstance(module, nn.SyncBatchNorm) for module in model.modules())
     split = oom_policy(config, process) == "split"
     return Agreement(process.rank, enabled=process.distributed and ddp and not communicates and split)
@@ -82,7 +83,7 @@ def spread_model(
         notes["strategy"] = f"fsdp (FSDP2): {units}, over {process.world_size} process(es){dtype}"
         compiled = compiled_now(model, compile_options(config))
         return Spread(compiled, lambda: no_gradient_sync(model), notes)
-    if process.distributed and config.optimizers:  # a step the model writes: manual_step.py averages
+    if process.distributed and writes_own_step(model):  # manual_step.py averages each optimizer's gradients
         broadcast_from_first([*model.parameters(), *model.buffers()])  # rank 0's start, as DDP's
         notes["strategy"] = (
             f"ddp: a whole copy of the model on each of {process.world_size} processes; each optimizer's "

@@ -133,6 +133,11 @@ def optimizer_plan(optimizer: torch.optim.Optimizer, target: str | None) -> str:
     return f"{named(optimizer, target)}, lr {lr:g}{own}{decay}"
 
 
+def own_step_plan(optimizer: NamedOptimizers) -> str:
+    """A model that writes its own step: runner runs it, and its optimizers are stepped by name."""
+    return f"the model's training_step(batch, step), updating by name: {', '.join(optimizer.optimizers)}"
+
+
 def parameter_groups(optimizer: torch.optim.Optimizer, model: torch.nn.Module | None = None) -> list[str]:
     """Each group's tensors and parameters, and its weight decay: what ``optimizer.no_decay`` did. With
     the model (``optimizer.param_groups`` or ``freeze`` set), each group's rate too, and the frozen."""
@@ -219,6 +224,7 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
         ("data", data_plan(built)),
         ("loss", loss_plan(built.loss_fn, config.loss) + summed_plan(built.loss_fn, built.model)),
         ("optimizer", optimizer_plan(built.optimizer, config.optimizer.get("_target_"))),
+        *([("step", own_step_plan(built.optimizer))] if isinstance(built.optimizer, NamedOptimizers) else []),
         *([("parameter groups", groups)] if len(groups) > 1 or by_name else []),
         ("schedule", schedule_plan(config.scheduler)),
         ("device", str(built.device)),

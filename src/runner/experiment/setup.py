@@ -18,7 +18,7 @@ from runner.config.closest import unexpected_argument_hint
 from runner.config.errors import ConfigError, show
 from runner.config.schema import RunConfig
 from runner.data.loading import EpochSampler, is_stream, make_loaders
-from runner.experiment.optimizers import named_optimizers, named_schedules
+from runner.experiment.optimizers import named_optimizers, named_schedules, own_step_optimizer
 from runner.experiment.param_groups import (
     check_group_options,
     freeze_parameters,
@@ -28,6 +28,7 @@ from runner.experiment.param_groups import (
 )
 from runner.training.device import resolve_device
 from runner.training.distributed import ProcessInfo
+from runner.training.manual_step import writes_own_step
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision, resolve_precision
 from runner.training.reduction import check_reduction
@@ -116,6 +117,12 @@ def build_optimizer(build: Build, config: RunConfig, model: torch.nn.Module) -> 
     ``optimizers``: several, each over a named part (optimizers.py)."""
     if config.optimizers:
         return named_optimizers(config, model, lambda *args: build_component(build, *args))
+    optimizer = run_optimizer(build, config, model)
+    return own_step_optimizer(config, optimizer) if writes_own_step(model) else optimizer
+
+
+def run_optimizer(build: Build, config: RunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The run's one optimizer (``optimizer``), over the model's trainable parameters."""
     spec = dict(config.optimizer)
     no_decay = spec.pop("no_decay", None)
     if group_specs := spec.pop("param_groups", None):

@@ -50,7 +50,7 @@ def find_lr(
     model.train()
     model.zero_grad(set_to_none=True)
     learner = Learner(model, loss_fn, make_optimizer(model), precision, device, False, target_key)
-    if isinstance(learner.optimizer, NamedOptimizers):
+    if isinstance(learner.optimizer, NamedOptimizers) and len(learner.optimizer.optimizers) > 1:
         raise UserError(
             f"lr_find: optimizers {', '.join(learner.optimizer.optimizers)} each have a rate, and the "
             "model's own step has no one loss to choose them by; set optimizers.<name>.lr yourself"

@@ -35,11 +35,11 @@ from runner.training.step import (
     Learner,
     StepResult,
     accumulation_windows,
-    clipped_norm,
     mean_over_processes,
     train_step,
 )
 from runner.training.time_shares import StepTimes
+from runner.training.update import clipped_norm
 from runner.training.validation import evaluate, improves
 
 log = logging.getLogger("runner")

@@ -21,7 +21,9 @@ from runner.config.errors import UserError
 from runner.training.batches import count_samples, to_device
 from runner.training.distributed import average_gradients, broadcast_from_first
 from runner.training.named_optimizers import NamedOptimizers
-from runner.training.step import Learner, StepResult, all_processes, global_norm, item_shares, summed
+from runner.training.step import Learner, StepResult
+from runner.training.update import update
+from runner.training.weighing import sample_shares, summed
 
 OWN_STEP = "training_step"
 
@@ -49,41 +51,47 @@ class Step:
         self._learner, self._named, self._check_finite, self._updates = learner, named, check_finite, updates
         self.share = 1.0  # this micro-batch's weight in the window's gradient
         self.last_micro_batch = True  # updates apply only on the window's last micro-batch
+        # The optimizers a backward reached and those updated in this window: an update with no
+        # gradient, or a window with no update, trains nothing and is refused (it would end "ok").
+        self.backed: set[str] = set()
+        self.updated: set[str] = set()
 
     def backward(self, loss: torch.Tensor, *names: str) -> None:
         """Add this micro-batch's share of ``loss``'s gradient to the parameters of the optimizers
         named (every optimizer's when none is named), and to no others."""
         parameters = self._named.trainable(*names)
+        self.backed.update(names or self._named.optimizers)
         weighted = loss if self.share == 1.0 else loss * self.share
         with torch.autocast(self._learner.device.type, enabled=False):  # backward outside autocast
             self._learner.precision.scaler.scale(weighted).backward(inputs=parameters)
 
-    def update(self, name: str) -> None:
-        """The optimizer ``name``'s update, with the gradients its parameters hold: averaged over the
-        processes, unscaled, clipped at its own clip, checked, applied, then cleared."""
+    def update(self, name: str | None = None) -> None:
+        """The optimizer ``name``'s update (each optimizer's in turn when none is named), with the
+        gradients its parameters hold: averaged over the processes, unscaled, clipped at its own clip,
+        checked, applied, then cleared."""
+        if name is None:
+            for each in self._named.optimizers:
+                self.update(each)
+            return
         optimizer = self._named.optimizer(name)
+        if name not in self.backed:
+            raise UserError(
+                f"{OWN_STEP} called step.update({name!r}) with no step.backward(loss, {name!r}) before it in "
+                f"this step, so the update would apply no gradient; call step.backward(loss, {name!r}) (or "
+                "step.backward(loss) for every optimizer) before it"
+            )
+        self.updated.add(name)
         if not self.last_micro_batch:
             return
-        learner, scaler = self._learner, self._learner.precision.scaler
+        learner = self._learner
         parameters = self._named.trainable(name)
         if learner.processes > 1:
             average_gradients(parameters, learner.processes)
-        scaler.unscale_(optimizer)
-        grads = [p.grad for p in parameters if p.grad is not None]
-        norm = (
-            global_norm(torch.nn.utils.get_total_norm(grads))
-            if grads
-            else torch.zeros((), device=learner.device)
-        )
         clip = self._named.clips[name]
-        if clip is not None and grads:
-            torch.nn.utils.clip_grads_with_norm_(parameters, clip, norm)
-        applied = not self._check_finite or bool(torch.isfinite(norm))
-        if applied or scaler.is_enabled():
-            scaler.step(optimizer)
-        optimizer.zero_grad(set_to_none=True)
+        done = update(optimizer, parameters, learner.precision.scaler, clip, self._check_finite)
+        norm, applied = done.norm.detach(), done.applied
         updates = self._updates
-        updates.norms[name] = norm.detach()
+        updates.norms[name] = norm
         updates.clipped[name] = norm * (clip / (norm + 1e-6)).clamp(max=1.0) if clip is not None else norm
         updates.applied[name] = applied and updates.applied.get(name, True)
 
@@ -113,7 +121,7 @@ def manual_train_step(
     model, processes = learner.plain_model, learner.processes
     counts = [count_samples(batch, learner.target_key) for batch in window]
     weighed = len(window) > 1 or processes > 1
-    shares = item_shares(counts, all_processes(sum(counts), processes), processes) if weighed else [1.0]
+    shares = sample_shares(counts, processes)
     if processes > 1:
         broadcast_from_first(list(model.buffers()))  # rank 0's, as DDP does before a forward
     updates = Updates()
@@ -131,6 +139,12 @@ def manual_train_step(
             totals[name] = weighted if name not in totals else totals[name] + weighted
         if not keep_last:
             returned = None
+    if not step.updated:
+        raise UserError(
+            f"{type(model).__name__}.{OWN_STEP} updated no optimizer in a step, so it trains nothing; call "
+            "step.update(name) after step.backward(loss, name) for at least one of "
+            + ", ".join(named.optimizers)
+        )
     if processes > 1:  # the window's losses over every process's samples
         names = list(totals)
         means = summed(torch.stack([totals[name] for name in names]), processes)

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from runner.config.errors import UserError
+
 
 @dataclass
 class NamedOptimizers:
@@ -33,8 +35,9 @@ class NamedOptimizers:
 
     def optimizer(self, name: str) -> torch.optim.Optimizer:
         if name not in self.optimizers:
-            raise KeyError(
-                f"no optimizer named {name!r}; the config's optimizers are {', '.join(self.optimizers)}"
+            raise UserError(
+                f"the model's training_step named the optimizer {name!r} (in step.backward or step.update), "
+                f"and there is none of that name; the config's optimizers are {', '.join(self.optimizers)}"
             )
         return self.optimizers[name]
 
@@ -57,6 +60,12 @@ class NamedOptimizers:
         return {name: optimizer.state_dict() for name, optimizer in self.optimizers.items()}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        if "param_groups" in state_dict:  # one optimizer's own state: a run of runner's own step
+            raise ValueError(
+                "it holds one optimizer's state, saved by runner's own step; this run's model writes its "
+                f"own step (training_step) with optimizers {', '.join(self.optimizers)}, by name: resume it "
+                "with the model that saved it"
+            )
         if set(state_dict) != set(self.optimizers):
             raise ValueError(
                 f"it holds optimizers {', '.join(map(str, state_dict)) or 'none by name'}; this run has "

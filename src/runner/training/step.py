@@ -1,8 +1,10 @@
 """One training step: an accumulation window of micro-batches becomes one optimizer update.
 Batches may be of any structure (see ``batches.py``).
 
-The one place runner does forward, backward, loss scaling, clipping and the update: ``fit``, doctor's
-overfit check and ``lr_find`` all call :func:`train_step`, so they train alike.
+The one place runner does forward and backward: ``fit``, doctor's overfit check and ``lr_find`` all
+call :func:`train_step`, so they train alike. How the micro-batches are weighed is ``weighing.py``; the
+update that ends the window (unscale, clip, guard, step) is ``update.py``, shared with a step the model
+writes (``manual_step.py``).
 """
 
 import itertools
@@ -14,12 +16,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.training.batches import count_samples, forward, items_in_outputs, loss_items, to_device
+from runner.training.batches import forward, items_in_outputs, loss_items, to_device
 from runner.training.distributed import average_gradients, sum_across_processes
 from runner.training.memory_agreement import Agreement
 from runner.training.phases import phase
 from runner.training.precision import Precision
-from runner.training.reduction import sums_its_loss
+from runner.training.update import update
+from runner.training.weighing import window_weights
 
 
 @dataclass
@@ -85,20 +88,6 @@ def accumulation_windows(batches: Iterable, micro_batches_per_step: int) -> Iter
         yield window
 
 
-def clipped_norm(grad_norm: float, max_norm: float | None) -> float:
-    """The total norm after ``clip_grads_with_norm_``: it scales every gradient by this same
-    coefficient, so the norm follows from the norm before, without another pass over the gradients."""
-    if max_norm is None:
-        return grad_norm
-    return grad_norm * min(max_norm / (grad_norm + 1e-6), 1.0)
-
-
-def global_norm(norm: torch.Tensor) -> torch.Tensor:
-    """A norm over sharded gradients is a DTensor (known by its ``full_tensor``, so that runs without
-    sharding need not import it): its full value is the global norm, a collective."""
-    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
-
-
 def train_step(
     learner: Learner,
     window: list,
@@ -106,145 +95,44 @@ def train_step(
     check_finite: bool = True,
     keep_last: bool = False,
 ) -> StepResult:
-    """Forward and backward over the window's micro-batches, then unscale, clip and update. With
+    """A hand-written loop's inner loop: forward and backward over the window's micro-batches, each
+    loss weighed by its share of the window (``weighing.py``), then one update (``update.py``). With
     ``check_finite`` a non-finite gradient norm leaves the weights and optimizer as they are (one read
-    of the norm per step). Gradients are cleared after the update. ``keep_last`` returns the last
-    micro-batch and its outputs (for callbacks); off, nothing holds them past the step."""
-    if (own_step := getattr(learner.optimizer, "train_window", None)) is not None:  # manual_step.py
-        return own_step(learner, window, clip_norm, check_finite, keep_last)
+    of the norm per step). ``keep_last`` returns the last micro-batch and its outputs (for callbacks);
+    off, nothing holds them past the step."""
+    if learner.writes_own_step:  # manual_step.py
+        return learner.optimizer.train_window(learner, window, clip_norm, check_finite, keep_last)
     model, precision, optimizer = learner.model, learner.precision, learner.optimizer
-    samples = sum(count_samples(batch, learner.target_key) for batch in window)
-    # A summed loss (reduction.py) adds up: each micro-batch's sum as it is (times the process count,
-    # which averaging the gradients divides out), its gradient the sum's over every process's window.
-    sums = sums_its_loss(learner.loss_fn, learner.plain_model)
-    # One micro-batch on one process needs no weight: its targets are not read (on a device, a read of
-    # them would be a host sync per step).
-    weighed = not sums and (len(window) > 1 or learner.processes > 1)
-    items = [loss_items(batch, learner.loss_fn, learner.target_key) for batch in window] if weighed else [1]
-    all_items = all_processes(sum(items), learner.processes)
-    shares = (
-        [float(learner.processes)] * len(window) if sums else item_shares(items, all_items, learner.processes)
-    )
-    said: list[torch.Tensor] = []  # the items a model with its own loss says it averaged over
-    losses, weighted_losses = [], []
+    weights = window_weights(learner, window, loss_items)
     learner.share_buffers()
     for index, batch in enumerate(window):
-        last_micro_batch = index == len(window) - 1
-        # With several processes, one that runs out of memory tells the others (memory_agreement.py).
-        syncs = nullcontext() if last_micro_batch else learner.skip_grad_sync()
+        # Gradients reduced on the window's last micro-batch only; with several processes, one that runs
+        # out of memory tells the others (memory_agreement.py).
+        syncs = nullcontext() if index == len(window) - 1 else learner.skip_grad_sync()
         with learner.memory.micro_batch(), syncs:
             batch = to_device(batch, learner.device, learner.channels_last)
             with precision.autocast(), phase("forward"):  # a named range while profiling (phases.py)
                 result = forward(model, batch, learner.loss_fn, learner.target_key)
-            loss, told = result.loss, items_in_outputs(result.outputs)
+            loss = weights.weigh(index, result.loss, items_in_outputs(result.outputs))
             # Outputs (an LM's logits) kept past the micro-batch only when asked: they cost memory.
             outputs = result.outputs if keep_last else None
             del result
-            if weighed and (said or (index == 0 and told is not None)):
-                said.append(torch.as_tensor(items[index] if told is None else told, device=learner.device))
-                if index == 0:  # what every process weighs its micro-batches against: the same number,
-                    # any but 0 (a first micro-batch of padding alone says 0): the rescale cancels it.
-                    # Then a micro-batch's items as the batches count them, so that no weight is far
-                    # from 1 (under fp16 loss scaling a large one would overflow the gradients).
-                    learner.memory.agree()  # before a collective (memory_agreement.py)
-                    reference = summed(said[0].float(), learner.processes)
-                    typical = max(all_items / len(window), 1)
-                    reference = reference.where(reference != 0, typical)
-            # Weight each micro-batch's mean loss by its share of the items the window's loss averages
-            # over (samples; tokens where the loss ignores padding): the summed gradient is then the
-            # gradient of the mean loss over the whole window and every process (whose gradients are
-            # averaged), also for a short last window. A share of 1 (one micro-batch, one process) is
-            # no multiply: bit-identical, cheaper. Counts a model says come after its forward: each
-            # micro-batch is weighed against the first ones' (of every process), and the gradients
-            # rescaled once the window's count is known.
-            if said:
-                alone = index == 0 and learner.processes == 1
-                weighted_loss = loss if alone else loss * (said[-1].float() / reference)
-            else:
-                weighted_loss = loss * shares[index] if shares[index] != 1.0 else loss
             with phase("backward"):
-                precision.scaler.scale(weighted_loss).backward()
-        losses.append(loss.detach())
-        weighted_losses.append(weighted_loss.detach())
+                precision.scaler.scale(loss).backward()
     # The window's last agreement (memory_agreement.py), after its backward and after the copy the
     # gradients are averaged in (it may run out too); with it, no collective ran inside a backward.
     with learner.memory.micro_batch():
         if learner.memory.enabled:
             average_gradients(learner.trainable, learner.processes, before_reducing=learner.memory.agree)
-
-    precision.scaler.unscale_(optimizer)
-    if said:
-        rescale_to_items_said(learner, torch.stack(said).float(), reference)
-    # Clip only after backward, and under loss scaling only after unscaling.
-    grads = [p.grad for p in learner.trainable if p.grad is not None]
-    # Over sharded gradients (strategy=fsdp) the global norm, the same on every process: clipping, the
-    # logged norm and the non-finite guard then decide alike everywhere.
-    grad_norm_before_clip = global_norm(torch.nn.utils.get_total_norm(grads))
-    if clip_norm is not None:
-        torch.nn.utils.clip_grads_with_norm_(learner.trainable, clip_norm, grad_norm_before_clip)
+    done = update(optimizer, learner.trainable, precision.scaler, clip_norm, check_finite, weights.rescale())
+    precision.scaler.update()
+    window_loss, items = weights.window_loss()
     groups = optimizer.param_groups
-    lr = groups[0]["lr"]
     group_lrs = tuple(group["lr"] for group in groups) if len(groups) > 1 else ()
-    # The guard reads one number per step (the norm above): on a GPU one small device-to-host copy,
-    # as loss scaling does too.
-    applied = not check_finite or bool(torch.isfinite(grad_norm_before_clip))
-    if applied or precision.scaler.is_enabled():
-        with phase("optimizer"):
-            precision.scaler.step(optimizer)  # under loss scaling it sees an overflow and skips the step
-        precision.scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    # This process's mean over its window's items (the log step averages it over every process's items).
-    # A micro-batch with no items (every target ignored) adds nothing: its own mean is 0/0, its gradient
-    # zero.
-    counts = [float(count) for count in said] if said else items
-    kept = [index for index, count in enumerate(counts) if count] or list(range(len(window)))
-    if len(window) == 1:
-        window_loss = losses[0]
-    elif not said and learner.processes == 1:  # the shares are this window's: the mean is their sum
-        window_loss = sum(weighted_losses[index] for index in kept)
-    else:
-        total = sum(counts[index] for index in kept) or 1
-        window_loss = sum(losses[index].float() * (counts[index] / total) for index in kept)
-    window_items = float(sum(counts[index] for index in kept))
-    if sums:  # per sample: the window's sum over its samples
-        window_loss, window_items = torch.stack(losses).sum() / samples, float(samples)
     last = (batch, outputs) if keep_last else (None, None)
     return StepResult(
-        window_loss, grad_norm_before_clip, lr, applied, samples, group_lrs, window_items, *last
+        window_loss, done.norm, groups[0]["lr"], done.applied, weights.samples, group_lrs, items, *last
     )
-
-
-def item_shares(items: list[int | float], all_items: int | float, processes: int) -> list[float]:
-    """Each micro-batch's weight: its items times the process count over every process's items (with
-    one process, over the window's). Whole numbers divided once: the correctly rounded ratio, so
-    counts proportional to the samples weigh exactly as samples do, and equal processes as one."""
-    return [count * processes / (all_items or 1) for count in items]
-
-
-def all_processes(count: int | float, processes: int) -> int | float:
-    """The sum of ``count`` over every process (one small collective on the CPU); itself with one."""
-    if processes == 1:
-        return count
-    dtype = torch.int64 if isinstance(count, int) else torch.float64
-    return sum_across_processes(torch.tensor(count, dtype=dtype)).item()
-
-
-def summed(value: torch.Tensor, processes: int) -> torch.Tensor:
-    """``value`` summed over every process (a collective on its device); itself with one."""
-    return value if processes == 1 else sum_across_processes(value.clone())
-
-
-def rescale_to_items_said(learner: Learner, said: torch.Tensor, reference: torch.Tensor) -> None:
-    """The gradients hold each micro-batch's gradient times its items over ``reference``, averaged over
-    the processes; times the process count and ``reference`` over every process's items, they are the
-    gradient of the mean over all those items. Nothing to do for one micro-batch on one process."""
-    if learner.processes == 1 and len(said) == 1:
-        return
-    total = summed(said.sum(), learner.processes)
-    factor = float(reference * learner.processes / total.clamp(min=1))  # a number: sharded gradients take it
-    for parameter in learner.trainable:
-        if parameter.grad is not None:
-            parameter.grad.mul_(factor)
 
 
 def mean_over_processes(result: StepResult, processes: int) -> torch.Tensor:

@@ -29,7 +29,7 @@ def check_overfit(probe: Probe, steps: int = 100) -> Finding:
         carried.reset()  # a model that carries a state from batch to batch: one batch, from one state
         return train_step(learner, window, setup.clip, check_finite=False).loss.item()
 
-    if isinstance(optimizer, NamedOptimizers):  # optimizers: own_step.py
+    if isinstance(optimizer, NamedOptimizers) and len(optimizer.optimizers) > 1:  # own_step.py
         return own_step_overfit(optimizer, lambda: train_step(learner, window, setup.clip, False), steps)
     losses = [step_from_the_same_state() for _ in range(steps)]
     if not all(math.isfinite(loss) for loss in losses[-5:]):

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.tools.doctor.own_step import changed_per_optimizer
+from runner.tools.doctor.own_step import ADVICE_OWN_STEP, changed_per_optimizer, own_step_once
 from runner.tools.doctor.probe import (
     ADVICE_BAD_DATA,
     ADVICE_FORWARD_NAN,
@@ -32,6 +32,7 @@ from runner.tools.doctor.probe import (
 )
 from runner.training.batches import Forward, forward, to_device
 from runner.training.modes import evaluation_mode
+from runner.training.named_optimizers import NamedOptimizers
 from runner.training.validation import evaluate
 
 
@@ -110,11 +111,15 @@ def check_update(probe: Probe) -> Finding:
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     broken_before, _ = nonfinite_parameters(model)
     loss_before = eval_loss_kind(probe)
-    if probe.setup.clip is not None:  # as train's step clips before the update
-        torch.nn.utils.clip_grad_norm_(
-            [p for p in model.parameters() if p.grad is not None], probe.setup.clip
-        )
-    optimizer.step()
+    refused = None
+    if isinstance(optimizer, NamedOptimizers):  # the model's own step, as a run takes it
+        refused = own_step_once(probe, optimizer)
+    else:
+        if probe.setup.clip is not None:  # as train's step clips before the update
+            torch.nn.utils.clip_grad_norm_(
+                [p for p in model.parameters() if p.grad is not None], probe.setup.clip
+            )
+        optimizer.step()
     changed = [n for n, p in model.named_parameters() if not same(before[n], p.detach())]
     not_optimized = [n for pid, n in trainable.items() if pid not in in_optimizer]
     lrs = sorted({group["lr"] for group in optimizer.param_groups})
@@ -123,6 +128,8 @@ def check_update(probe: Probe) -> Finding:
     with torch.no_grad():  # the later checks test the model, not this step's effect
         for name, parameter in model.named_parameters():
             parameter.copy_(before[name])
+    if refused is not None:
+        return Finding(FAIL, refused, ADVICE_OWN_STEP)
     if blown_up is not None:
         probe.advised_lower_lr = True
         return blown_up

@@ -1,0 +1,67 @@
+"""The end of a window, as a hand-written loop ends its step after the backward: unscale (loss
+scaling), clip, the non-finite guard, the optimizer's step, zero-grad. The one update both step
+shapes make: ``train_step``'s one optimizer, and each optimizer a model's own step names
+(``manual_step.py``), so they clip, guard and step alike."""
+
+from dataclasses import dataclass
+
+import torch
+
+from runner.training.phases import phase
+
+
+@dataclass
+class Update:
+    """Tensors stay on the device: reading them is a host sync, left to the log steps."""
+
+    norm: torch.Tensor  # the total gradient norm before clipping
+    applied: bool  # False: a non-finite gradient, the update was skipped
+
+
+def update(
+    optimizer: torch.optim.Optimizer,
+    parameters: list[torch.Tensor],
+    scaler: torch.amp.GradScaler,
+    clip: float | None,
+    check_finite: bool,
+    rescale: float | None = None,
+) -> Update:
+    """Apply ``optimizer``'s update with the gradients ``parameters`` hold, then clear them. Clipping
+    comes after the backward, and under loss scaling after unscaling; ``rescale`` (the items a model
+    said, ``weighing.py``) multiplies the unscaled gradients before their norm. With ``check_finite`` a
+    non-finite norm leaves the weights and optimizer as they are (one read of the norm: on a GPU a
+    device-to-host copy, as loss scaling does too; the default guard reads later, ``nonfinite.py``)."""
+    scaler.unscale_(optimizer)
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if rescale is not None:
+        for grad in grads:
+            grad.mul_(rescale)
+    # Over sharded gradients (strategy=fsdp) the global norm, the same on every process: clipping, the
+    # logged norm and the non-finite guard then decide alike everywhere.
+    norm = (
+        global_norm(torch.nn.utils.get_total_norm(grads))
+        if grads
+        else torch.zeros((), device=parameters[0].device if parameters else None)
+    )
+    if clip is not None and grads:
+        torch.nn.utils.clip_grads_with_norm_(parameters, clip, norm)
+    applied = not check_finite or bool(torch.isfinite(norm))
+    if applied or scaler.is_enabled():
+        with phase("optimizer"):
+            scaler.step(optimizer)  # under loss scaling it sees an overflow and skips the step
+    optimizer.zero_grad(set_to_none=True)
+    return Update(norm, applied)
+
+
+def global_norm(norm: torch.Tensor) -> torch.Tensor:
+    """A norm over sharded gradients is a DTensor (known by its ``full_tensor``, so that runs without
+    sharding need not import it): its full value is the global norm, a collective."""
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+
+
+def clipped_norm(grad_norm: float, max_norm: float | None) -> float:
+    """The total norm after ``clip_grads_with_norm_``: it scales every gradient by this same
+    coefficient, so the norm follows from the norm before, without another pass over the gradients."""
+    if max_norm is None:
+        return grad_norm
+    return grad_norm * min(max_norm / (grad_norm + 1e-6), 1.0)
