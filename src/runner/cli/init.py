@@ -30,5 +30,9 @@ def main_init(arguments: list[str]) -> None:
         exit_with(error)
     except OSError as error:
         exit_with(ConfigError(f"init {arguments[0]}: cannot write {error.filename}: {error.strerror}"))
+    if folder.resolve() == Path.cwd().resolve():
+        print(f"wrote {len(written)} files for the project {folder.resolve().name} here; then:\n"
+              "  python -m runner train")  # fmt: skip
+        return
     shown = folder if folder.is_absolute() else Path(arguments[0])
     print(f"wrote {len(written)} files in {shown}/; then:\n  cd {shown}\n  python -m runner train")
