@@ -146,8 +146,8 @@ def check_code_folder(project: Project) -> None:
         again = "imported already" in elsewhere
         raise ConfigError(
             f"{project.file}: [tool.runner] code: the code folder {project.code} holds {path.name}, which "
-            f"would hide {name} ({elsewhere}): every import of {name} would run it instead; rename it or move "
-            f"it out of {project.code}"
+            f"would hide {name} ({elsewhere}): every import of {name} would run it instead; rename it or "
+            f"move it out of {project.code}"
             + (f", or start a new Python process (this one imported {name} from elsewhere)" if again else "")
         )
 
