@@ -9,8 +9,10 @@ INIT_HELP = """usage: python -m runner init NAME
 
 Makes the folder NAME, a project of your own: a package (src/NAME/) with a model and a data set that
 learn, their configs (conf/model/, conf/data/), a pyproject.toml whose [tool.runner] table lets every
-runner command find them from this folder or below (no PYTHONPATH, no hydra.searchpath), a README and
-a test. Refuses a folder that exists and is not empty.
+runner command that builds them find them from this folder or below (no PYTHONPATH, no
+hydra.searchpath), a README and a test. Refuses a folder that exists and is not empty, and a name that
+is importable already (torch, yaml, json, ...). init . makes the project in the working folder, named
+after it.
 """
 
 
