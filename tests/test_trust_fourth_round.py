@@ -220,6 +220,10 @@ SPECIAL = {
     "a link to /dev/zero": (lambda path: path.symlink_to("/dev/zero"), "it is not a plain file"),
     "300 MiB": (lambda path: (path.touch(), os.truncate(path, 300 << 20)), "it is 314,572,800 bytes"),
     "nested 100,000 deep": (lambda path: path.write_text(deep()), "it is nested too deeply"),
+    "a dotted key of 30,000 parts": (
+        lambda path: path.write_text("a." * 30_000 + "b = 1\n"),
+        "it holds a dotted key of more than 32 parts",
+    ),
     "not TOML": (lambda path: path.write_text("[project\n"), "it is not valid TOML"),
     "not UTF-8": (lambda path: path.write_bytes(b"\xff\xfe[x]"), "it is not UTF-8 text"),
 }
@@ -285,7 +289,10 @@ def run_measured(arguments: list[str], cwd: Path) -> tuple[int, str, int]:
 
 
 @pytest.mark.slow  # python -m's start (before anything is imported) and a process's memory are the point
-@pytest.mark.parametrize("case", ["a FIFO", "a link to /dev/zero", "300 MiB", "nested 100,000 deep"])
+@pytest.mark.parametrize(
+    "case",
+    ["a FIFO", "a link to /dev/zero", "300 MiB", "nested 100,000 deep", "a dotted key of 30,000 parts"],
+)
 def test_a_special_pyproject_in_the_start_folder_neither_hangs_nor_fills_memory(tmp_path, case):
     start = tmp_path / "start"
     start.mkdir()
@@ -366,3 +373,20 @@ def test_a_default_hydra_cannot_apply_names_pyproject_and_its_key(tmp_path, monk
     line = one_line(capsys, ["train", *TINY], f"{project / 'pyproject.toml'}: [tool.runner] defaults hydra/")
     assert 'sampler = "tpe": hydra/sweeper/sampler is no group of runner\'s defaults list' in line
     assert not (project / "outputs").exists()
+
+
+# --- 5. Found on the adversarial pass -------------------------------------------------------------
+
+
+def test_a_group_name_that_climbs_out_of_the_config_folders_is_refused(tmp_path, monkeypatch, capsys):
+    project = make_project(tmp_path / "p", '[tool.runner]\ndefaults = {"../../etc" = "passwd"}\n')
+    monkeypatch.chdir(project)
+    one_line(capsys, ["train", *TINY], "[tool.runner] defaults '../../etc': a config group is a name")
+
+
+def test_a_working_folder_removed_under_the_shell_is_one_line(tmp_path, monkeypatch, capsys):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    one_line(capsys, ["train", *TINY], "the folder runner was started in no longer exists")

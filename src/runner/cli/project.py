@@ -4,6 +4,7 @@ build the user's model or data, its code made importable."""
 
 from pathlib import Path
 
+from runner.config.errors import ConfigError
 from runner.config.project import Project, active_project, enter_project, find_project
 
 # The commands that build the user's model or data: only these import a project's code. report,
@@ -15,7 +16,15 @@ def enter(start: Path | None = None, code_importable: bool = True) -> Project | 
     """Enter the project ``start`` (default: the working folder) lies in. Outside any project, the
     one a parent runner process named (a worker whose folder is elsewhere); else None (and no project's
     defaults are left from an earlier one in this process)."""
-    project = find_project(start or Path.cwd()) or active_project()
+    if start is None:
+        try:
+            start = Path.cwd()
+        except OSError:  # the working folder was removed under the shell
+            raise ConfigError(
+                "the folder runner was started in no longer exists; cd to a folder that does, and run the "
+                "command again"
+            ) from None
+    project = find_project(start) or active_project()
     if project is not None:
         enter_project(project, code_importable)
     from runner.cli.hydra_app import store_project_defaults

@@ -5,6 +5,7 @@ path. A run directory never names either: a folder that holds a run (or lies ins
 whatever it carries; and a code folder that would hide a library (``yaml.py``, ``torch/``) is refused."""
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ KEYS = {"conf": "the config folder (default conf)", "code": "the folder holding 
 # What a run leaves in its folder (runner.experiment.run_files, Hydra's record, a sweep's record).
 RUN_RECORDS = ("run.yaml", "data_split.json", "result.json", "multirun.yaml")
 EVENTS_PREFIX = "events.out.tfevents."
+GROUP_NAME = re.compile(r"[A-Za-z_][\w-]*(/[A-Za-z_][\w-]*)*")  # model, hydra/launcher; never ../
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,12 @@ def project_of(root: Path, table: dict) -> Project:
         raise ConfigError(
             f"{path}: [tool.runner] defaults must map config groups to options, e.g. "
             'defaults = {model = "my_net", data = "my_data"}'
+        )
+    odd = [group for group in defaults if not GROUP_NAME.fullmatch(group)]
+    if odd:
+        raise ConfigError(
+            f"{path}: [tool.runner] defaults {odd[0]!r}: a config group is a name or a path of names inside "
+            'the config folders (model, data, hydra/launcher), e.g. defaults = {model = "my_net"}'
         )
     return Project(root, folders["conf"], folders["code"], dict(defaults))
 

@@ -1,7 +1,8 @@
 """A ``pyproject.toml`` read as runner reads it while it looks for a project: in any folder from the
 working one up, so possibly a stranger's. It is read only if it is a plain file (a FIFO would block the
 read, ``/dev/zero`` never end it), at most ``SIZE_LIMIT`` bytes, nested at most as deep as Python's
-recursion allows (``tomllib`` recurses per level), and once per process. One that cannot be read and is
+recursion allows (``tomllib`` recurses per level), with no dotted key of more than ``KEY_PARTS_LIMIT``
+parts (its work grows with their square), and once per process. One that cannot be read and is
 not runner's (no ``tool.runner`` in it) is skipped with one warning naming it; runner's own is refused
 in one line."""
 
@@ -18,7 +19,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 reads no project file
     tomllib = None
 
-SIZE_LIMIT = 1 << 20  # 1 MiB: a project file is a few KB
+SIZE_LIMIT = 256 << 10  # 256 KiB: a project file is a few KB (tomllib reads 1 MiB of tables in seconds)
+# tomllib's time grows with the square of a dotted key's parts (a.a.a...: 4,000 parts take 2 s here, a
+# 64 KiB line of them minutes); runner's own keys have 2 or 3 (tool.runner.defaults).
+KEY_PARTS_LIMIT = 32
+SEGMENT = r"(?:[A-Za-z0-9_-]+|\"[^\"\n]*\"|'[^'\n]*')"
+LONG_DOTTED_KEY = re.compile(
+    rf"(?<![A-Za-z0-9_-]){SEGMENT}(?:[ \t]*\.[ \t]*{SEGMENT}){{{KEY_PARTS_LIMIT},}}".encode()
+)
 # Where a file that does not parse still says it is runner's project file.
 NAMES_RUNNER = re.compile(rb"tool\s*\.\s*[\"']?runner\b|^\s*runner\s*=", re.MULTILINE)
 # (path, device, inode, size, mtime) -> its [tool.runner] table (None: it has none, or was skipped).
@@ -68,7 +76,11 @@ def parsed(path: Path, data: bytes) -> dict | None:
     if len(data) > SIZE_LIMIT:  # it grew since fstat
         return skipped(path, f"it is over {SIZE_LIMIT:,} bytes; a project file is at most {SIZE_LIMIT:,}")
     try:
+        if LONG_DOTTED_KEY.search(data):
+            raise OverflowError
         content = tomllib.loads(data.decode("utf-8"))
+    except OverflowError:
+        problem = f"it holds a dotted key of more than {KEY_PARTS_LIMIT} parts"
     except UnicodeDecodeError:
         problem = "it is not UTF-8 text"
     except tomllib.TOMLDecodeError as error:
