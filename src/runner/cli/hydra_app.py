@@ -179,7 +179,7 @@ def all_options_of(group: str) -> list[str]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    GlobalHydra.instance().clear()  # an earlier run's in this process (its search path); hydra.main sets its own
+    GlobalHydra.instance().clear()  # an earlier run's (its search path); hydra.main sets its own
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
 
