@@ -179,9 +179,15 @@ def all_options_of(group: str) -> list[str]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    GlobalHydra.instance().clear()  # an earlier run's (its search path); hydra.main sets its own
-    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+    state = GlobalHydra.instance()
+    running = state.hydra if state.is_initialized() else None  # a job's (a worker's), or an earlier run's
+    state.clear()
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            return sorted(state.config_loader().get_group_options(group))
+    finally:
+        if running is not None:
+            state.initialize(running)
 
 
 def options_of(group: str, command_line: CommandLine | None = None) -> list[str]:
