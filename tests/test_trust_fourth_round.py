@@ -127,7 +127,7 @@ def test_a_module_planted_in_a_project_above_runs_on_no_command(tmp_path):
 @pytest.mark.parametrize(
     "record", [".hydra/config.yaml", "result.json", "checkpoints/last.pt", "multirun.yaml"]
 )
-def test_a_folder_that_holds_a_run_or_lies_inside_one_is_no_project(tmp_path, record):
+def test_a_folder_that_holds_a_run_or_lies_inside_one_is_no_project(tmp_path, capsys, record):
     outer = make_project(tmp_path / "outer")
     run = make_project(outer / "outputs" / "run")
     (run / record).parent.mkdir(parents=True, exist_ok=True)
@@ -138,6 +138,11 @@ def test_a_folder_that_holds_a_run_or_lies_inside_one_is_no_project(tmp_path, re
     for start in (run, inner):
         found = find_project(start)
         assert found is not None and found.root == outer.resolve(), (record, start)
+    says = "holds a run, and a run's folder is never a project"
+    assert capsys.readouterr().err.splitlines() == [
+        f"runner: warning: not reading {folder.resolve() / 'pyproject.toml'}: {run.resolve()} {says}"
+        for folder in (run, inner)
+    ]
     (outer / "pyproject.toml").unlink()
     assert find_project(inner) is None
 
@@ -173,7 +178,9 @@ def test_a_copied_run_that_carries_a_project_makes_nothing_it_names_trusted(
         atomic_save(checkpoint, path)
     before = snapshot(run)
     monkeypatch.chdir(run)
-    one_line(capsys, ["eval", "ckpt=."], "names model._target_=pathlib.Path.touch")
+    warning, error = exits(capsys, ["eval", "ckpt=."]).splitlines()
+    assert warning.startswith(f"runner: warning: not reading {run.resolve() / 'pyproject.toml'}: ")
+    assert error.startswith("runner: error: ") and "names model._target_=pathlib.Path.touch" in error
     assert not marker.exists() and snapshot(run) == before
     assert str(run) not in sys.path
 

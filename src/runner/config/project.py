@@ -46,6 +46,11 @@ def find_project(start: Path) -> Project | None:
     outside any project."""
     folders = [start.resolve(), *start.resolve().parents]
     runs = [index for index, folder in enumerate(folders) if holds_a_run(folder)]
+    for folder in folders[: runs[-1] + 1] if runs else []:
+        if (folder / PROJECT_FILE).exists():
+            print(f"runner: warning: not reading {folder / PROJECT_FILE}: {folders[runs[-1]]} holds a run, "
+                  "and a run's folder is never a project", file=sys.stderr)  # fmt: skip
+            break
     for folder in folders[runs[-1] + 1 :] if runs else folders:
         table = read_table(folder / PROJECT_FILE)
         if table is not None:
