@@ -72,6 +72,7 @@ class Case:
     writes_ok: bool = False  # a refusal that may leave files (a full disk keeps earlier checkpoints)
     env: tuple[tuple[str, str], ...] = ()  # environment variables set for it ({free_port}: a free port)
     torchrun: bool = False  # run under torchrun with 2 processes
+    cwd: str = ""  # the folder inside the working directory the command runs in
 
 
 @dataclass
@@ -1392,6 +1393,101 @@ CASES += [
 # ---- end of issue 32 (i32b) ----
 
 
+# ---- issue 39: project discovery, init ----------------------------------------------------------
+# A pyproject.toml with [tool.runner] in the folder a command starts in or above it: only the commands
+# that build the user's model or data import its code, a code folder never hides a library, a run's
+# folder is never a project, the file is read bounded, and messages name it. A module planted where the
+# project's code would be touches the marker if it runs.
+def project_here(table: str = "[tool.runner]\n", planted: tuple[str, ...] = (), code: str = "") -> Callable:
+    """The working directory as a project: ``table`` in its pyproject.toml, a conf/ folder, modules
+    ``planted`` (they touch the marker) in its code folder (``code``: ``src``, or the folder itself)."""
+
+    def build(dest: Path, ctx: Context) -> None:
+        root = dest.parent
+        (root / "conf").mkdir(exist_ok=True)
+        (root / "pyproject.toml").write_text(table)
+        for name in planted:
+            path = root / code / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(TOUCH_MARKER.format(marker=str(ctx.marker)))
+        (root / "work").mkdir(exist_ok=True)
+
+    return build
+
+
+def special_pyproject(make: Callable[[Path], None]) -> Callable[[Path, Context], None]:
+    def build(dest: Path, ctx: Context) -> None:
+        make(dest)
+        (dest.parent / "work").mkdir(exist_ok=True)
+
+    return build
+
+
+def copied_run_with_project(dest: Path, ctx: Context) -> None:
+    """A copy of the run that carries its own project (pyproject.toml, conf/model/evil.yaml naming
+    pathlib.Path.touch), its checkpoints naming the same target."""
+    run_with_checkpoints(evil_checkpoint("model", full=True), ALL_CHECKPOINTS)(dest, ctx)
+    (dest / "pyproject.toml").write_text('[tool.runner]\ncode = "."\n')
+    (dest / "conf" / "model").mkdir(parents=True)
+    (dest / "conf" / "model" / "evil.yaml").write_text(f"_target_: {TOUCH}\nself: {ctx.marker}\n")
+
+
+PLANTED_39 = ("yaml.py", "matplotlib.py")
+DEFAULTS_39 = "[tool.runner]\ndefaults = {{{}}}\n"
+FIXTURES.update({
+    "i39_project_planted_root": ("pyproject.toml", project_here(planted=PLANTED_39)),
+    "i39_empty_table_planted": ("pyproject.toml", project_here(planted=PLANTED_39)),
+    "i39_project_torch_package": ("pyproject.toml", project_here(planted=("torch/__init__.py",), code="src")),
+    "i39_run_in_work": ("work/run", copy_run),
+    "i39_copied_run_with_project": ("run", copied_run_with_project),
+    "i39_fifo_pyproject": ("pyproject.toml", special_pyproject(os.mkfifo)),
+    "i39_devzero_pyproject": ("pyproject.toml", special_pyproject(lambda path: path.symlink_to("/dev/zero"))),
+    "i39_huge_pyproject": ("pyproject.toml", special_pyproject(
+        lambda path: (path.touch(), os.truncate(path, 300 << 20)))),
+    "i39_deep_pyproject": ("pyproject.toml", special_pyproject(
+        lambda path: path.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n"))),
+    "i39_dotted_pyproject": ("pyproject.toml", special_pyproject(
+        lambda path: path.write_text("a." * 30_000 + "b = 1\n"))),
+    "i39_broken_pyproject": ("pyproject.toml", special_pyproject(lambda path: path.write_text("[project\n"))),
+    "i39_broken_project_file": ("pyproject.toml", special_pyproject(
+        lambda path: path.write_text("[tool.runner\nconf = 'conf'\n"))),
+    "i39_launcher_joblib": ("pyproject.toml", project_here(
+        DEFAULTS_39.format('"hydra/launcher" = "joblib"'))),
+    "i39_launcher_nope": ("pyproject.toml", project_here(DEFAULTS_39.format('"hydra/launcher" = "nope"'))),
+    "i39_sampler_default": ("pyproject.toml", project_here(
+        DEFAULTS_39.format('"hydra/sweeper/sampler" = "tpe"'))),
+    "i39_group_climbs": ("pyproject.toml", project_here(DEFAULTS_39.format('"../../etc" = "passwd"'))),
+})  # fmt: skip
+CASES += [
+    case("i39-report-with-planted-code-above", "report run", OK,
+         ("i39_project_planted_root", "i39_run_in_work"), cwd="work"),
+    case("i39-init-with-planted-code-above", "init mylab", OK, ("i39_project_planted_root",), cwd="work"),
+    case("i39-train-help-with-planted-code-above", "train --help", OK_NO_WRITE, ("i39_project_planted_root",),
+         cwd="work"),
+    case("i39-train-with-planted-code-above", f"train {QUICK}", needs=("i39_project_planted_root",),
+         cwd="work"),
+    case("i39-report-empty-runner-table-planted", "report work/run", OK,
+         ("i39_empty_table_planted", "i39_run_in_work")),
+    case("i39-train-code-folder-hides-torch", f"train {QUICK}", needs=("i39_project_torch_package",)),
+    case("i39-eval-copied-run-carrying-a-project", "eval ckpt=.", needs=("i39_copied_run_with_project",),
+         cwd="run"),
+    *(case(f"i39-{what}-pyproject-above-{command.split()[0]}", command, expect, (f"i39_{what}_pyproject",),
+           cwd="work")
+      for what in ("fifo", "devzero", "huge", "deep", "dotted", "broken")
+      for command, expect in (("train --help", OK_NO_WRITE), ("report .", REFUSE))),
+    case("i39-broken-project-file-train", f"train {QUICK}", needs=("i39_broken_project_file",), cwd="work"),
+    *(case(f"i39-init-{name}", f"init {name}") for name in ("torch", "hydra", "json", "logging", "omegaconf",
+                                                             "yaml", "runner")),
+    case("i39-init-dot", "init .", OK),
+    case("i39-launcher-default-joblib", f"train -m seed=0,1 {QUICK} hydra.sweep.dir=sw", OK,
+         ("i39_launcher_joblib",)),
+    case("i39-launcher-default-nope", f"train {QUICK}", needs=("i39_launcher_nope",)),
+    case("i39-defaults-group-hydra-cannot-set", f"train {QUICK}", needs=("i39_sampler_default",)),
+    case("i39-defaults-group-climbs-out", f"train {QUICK}", needs=("i39_group_climbs",)),
+]  # fmt: skip
+# ---- end of issue 39 ----
+
+
 # Running and judging.
 
 
@@ -1498,7 +1594,7 @@ def run_case(case: Case, root: Path, base_run: Path, timeout: float) -> Result:
         launcher = TORCHRUN if case.torchrun else ("-m",)
         env = {**environment(), **{name: value.format(free_port=free_port()) for name, value in case.env}}
         process = subprocess.Popen(
-            [*prefix, sys.executable, *launcher, "runner", *case.args], cwd=cwd, env=env,
+            [*prefix, sys.executable, *launcher, "runner", *case.args], cwd=cwd / case.cwd, env=env,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             errors="replace", start_new_session=True,
         )  # fmt: skip

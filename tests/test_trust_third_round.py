@@ -166,14 +166,16 @@ def test_no_setting_takes_nan(tmp_path, capsys, key):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_start_folder_is_on_the_path_only_for_a_project_or_pythonpath(tmp_path, monkeypatch):
+def test_the_start_folder_is_on_the_path_only_where_pythonpath_names_it(tmp_path, monkeypatch):
+    """A project's own folder too is taken off: its code folder goes on the path later, checked, and only
+    for the commands that build the user's code (issue 39; tests/test_trust_fourth_round.py)."""
     monkeypatch.chdir(tmp_path)
     start = os.path.realpath(tmp_path)
     for pyproject, pythonpath, kept in (
         (None, "", False),
         ("[project]\nname = 'x'\n", "", False),
         ("not toml [", "", False),
-        ("[tool.runner]\n", "", True),
+        ("[tool.runner]\n", "", False),
         (None, f"/elsewhere{os.pathsep}{tmp_path}", True),
     ):
         (tmp_path / "pyproject.toml").unlink(missing_ok=True)

@@ -31,31 +31,37 @@ def train(overrides: Sequence[str] = (), project: str | os.PathLike | None = Non
     """Train once in this process with the command line's config, checks and run directory:
     ``runner.train(["optimizer.lr=0.01", "trainer.max_epochs=3"])`` is ``python -m runner train
     optimizer.lr=0.01 trainer.max_epochs=3``. ``project``: the folder of a project (default: the
-    working folder, or any folder above it with a ``pyproject.toml`` holding ``[tool.runner]``)."""
+    working folder, or any folder above it with a ``pyproject.toml`` holding ``[tool.runner]``).
+    ``sys.path``, ``os.environ``, the working folder and ``sys.argv`` are left as they were found."""
     arguments = checked_overrides(overrides)
     from runner.cli.hydra_start import planned_run_dir
     from runner.cli.train import main_train
 
     planned_run_dir.clear()
-    with entered(project), command_line_kept():
+    with process_kept(), entered(project):
         main_train(arguments)
     if not planned_run_dir:
         raise ConfigError("runner.train: the run made no run directory")
     return result_of(planned_run_dir[-1])
 
 
-def load_model(path: str | os.PathLike, device: str = "cpu", allow_targets: Iterable[str] = ()) -> Any:
+def load_model(
+    path: str | os.PathLike,
+    device: str = "cpu",
+    allow_targets: Iterable[str] = (),
+    project: str | os.PathLike | None = None,
+) -> Any:
     """The trained model of a run directory (its ``best.pt``; without one, its newest checkpoint) or of
     a checkpoint: built from the config stored with it, its weights loaded, in ``eval()`` mode. As
     with ``runner eval``, the stored config builds only runner's ``_target_``s, those the project's
-    config folder names, and ``allow_targets``."""
+    config folder names (``project``, as for ``train``), and ``allow_targets``."""
     import hydra.utils
 
     from runner.cli.hydra_app import config_folders
     from runner.config.trust import folder_targets
     from runner.tools.trained_model import load_trained_model
 
-    with entered(None), raise_errors():
+    with process_kept(), entered(project):
         trusted = set().union(*(folder_targets(folder) for folder in config_folders(None)))
         return load_trained_model(Path(path), hydra.utils.instantiate, trusted | set(allow_targets), device)
 
@@ -96,19 +102,25 @@ def raise_errors() -> Iterator[None]:
 
 
 @contextmanager
-def command_line_kept() -> Iterator[None]:
-    """Hydra reads ``sys.argv`` and prints a trimmed traceback without ``HYDRA_FULL_ERROR``: both as
-    they were afterwards, and an error in the user's code raised with its own traceback."""
-    argv, preset = list(sys.argv), os.environ.get("HYDRA_FULL_ERROR")
+def process_kept() -> Iterator[None]:
+    """Each call as it found the process: ``sys.path`` and ``os.environ`` (a project's code folder,
+    ``PYTHONPATH``, ``RUNNER_PROJECT``: a later call elsewhere must not find this project), the working
+    folder and ``sys.argv`` (Hydra reads it). Within it ``HYDRA_FULL_ERROR`` is set: Hydra would print a
+    trimmed traceback, and an error in the user's code is raised with its own."""
+    path, environment, argv, folder = list(sys.path), dict(os.environ), list(sys.argv), os.getcwd()
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         yield
     finally:
+        sys.path[:] = path
         sys.argv[:] = argv
-        if preset is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = preset
+        for name in [name for name in os.environ if name not in environment]:
+            del os.environ[name]
+        for name, value in environment.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
+        if os.getcwd() != folder:
+            os.chdir(folder)
 
 
 def result_of(run_dir: Path) -> TrainResult:

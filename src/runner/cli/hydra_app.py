@@ -65,20 +65,23 @@ def group_names() -> set[str]:
 
 def store_project_defaults(project: Project | None) -> None:
     """A project's default options as the config ``runner_project/defaults``, which runner's defaults
-    list takes after its own (so ``+experiment=...`` and the command line still choose over it)."""
+    list takes after its own (so ``+experiment=...`` and the command line still choose over it).
+    Outside a project it holds none (an earlier ``runner.train`` in another project left nothing)."""
+    store = ConfigStore.instance()
     if project is None:
+        store.store(group="runner_project", name="defaults", package="_global_", node={"defaults": []})
         return
     for group, option in project.defaults.items():
         options = options_of(group)
+        if option not in options:
+            options = all_options_of(group)
         if option not in options:
             raise ConfigError(
                 f'{project.file}: [tool.runner] defaults {group} = "{option}": no such option; '
                 f"{group} is one of {', '.join(options) or 'nothing (no such config group)'}"
             )
     overrides = [{f"override /{group}": option} for group, option in project.defaults.items()]
-    ConfigStore.instance().store(
-        group="runner_project", name="defaults", package="_global_", node={"defaults": overrides}
-    )
+    store.store(group="runner_project", name="defaults", package="_global_", node={"defaults": overrides})
 
 
 @functools.cache
@@ -170,6 +173,23 @@ def config_folders(command_line: CommandLine | None) -> list[Path]:
     return [CONFIG_DIR, *([project.conf] if project is not None else []), *folders]
 
 
+def all_options_of(group: str) -> list[str]:
+    """A config group's options as Hydra composes them: the config folders' and those Hydra's plugins
+    register (``hydra/launcher``: basic, joblib, submitit_local, ...)."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    state = GlobalHydra.instance()
+    running = state.hydra if state.is_initialized() else None  # a job's (a worker's), or an earlier run's
+    state.clear()
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            return sorted(state.config_loader().get_group_options(group))
+    finally:
+        if running is not None:
+            state.initialize(running)
+
+
 def options_of(group: str, command_line: CommandLine | None = None) -> list[str]:
     """A config group's options: runner's, and those in the command line's ``hydra.searchpath``."""
     folders = config_folders(command_line)
@@ -215,6 +235,9 @@ def trusted_targets(command_line: CommandLine) -> set[str]:
 def composition_error(error: Exception, command_line: CommandLine | None = None) -> str:
     """Hydra's multi-line message for a config it could not compose, as one line."""
     text = str(error)
+    project = active_project()
+    if project is not None and "In 'runner_project/defaults'" in text:  # the project's defaults
+        return project_defaults_error(project, text)
     group = re.search(r"Available options in '([^']+)'", text)
     if isinstance(error, MissingConfigException) and error.missing_cfg_file and group and error.options:
         option = error.missing_cfg_file.removeprefix(group[1] + "/")
@@ -234,6 +257,21 @@ def composition_error(error: Exception, command_line: CommandLine | None = None)
     if isinstance(error.__cause__, OmegaConfBaseException):
         lines.insert(1, str(error.__cause__).splitlines()[0])
     return "; ".join(line.rstrip(".") for line in lines if not line.startswith("See https://"))
+
+
+def project_defaults_error(project: Project, text: str) -> str:
+    """Hydra's error on a project's default options, naming ``pyproject.toml`` and its key."""
+    first = text.split("Config search path")[0].replace("In 'runner_project/defaults':", "").strip()
+    first = first.splitlines()[0].rstrip(".") if first else "Hydra could not compose it"
+    group = re.search(r"Could not override '([^']+)'", first)
+    if group and group[1] in project.defaults and "No match in the defaults list" in first:
+        name, option = group[1], project.defaults[group[1]]
+        return (
+            f'{project.file}: [tool.runner] defaults {name} = "{option}": {name} is no group of '
+            "runner's defaults list (conf/config.yaml), so a project cannot choose its option; give it on "
+            f"the command line ({name}={option}), or remove it from defaults"
+        )
+    return f"{project.file}: [tool.runner] defaults: {first}"
 
 
 def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> Any:

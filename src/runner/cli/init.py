@@ -9,8 +9,10 @@ INIT_HELP = """usage: python -m runner init NAME
 
 Makes the folder NAME, a project of your own: a package (src/NAME/) with a model and a data set that
 learn, their configs (conf/model/, conf/data/), a pyproject.toml whose [tool.runner] table lets every
-runner command find them from this folder or below (no PYTHONPATH, no hydra.searchpath), a README and
-a test. Refuses a folder that exists and is not empty.
+runner command that builds them find them from this folder or below (no PYTHONPATH, no
+hydra.searchpath), a README and a test. Refuses a folder that exists and is not empty, and a name that
+is importable already (torch, yaml, json, ...). init . makes the project in the working folder, named
+after it.
 """
 
 
@@ -30,5 +32,9 @@ def main_init(arguments: list[str]) -> None:
         exit_with(error)
     except OSError as error:
         exit_with(ConfigError(f"init {arguments[0]}: cannot write {error.filename}: {error.strerror}"))
+    if folder.resolve() == Path.cwd().resolve():
+        print(f"wrote {len(written)} files for the project {folder.resolve().name} here; then:\n"
+              "  python -m runner train")  # fmt: skip
+        return
     shown = folder if folder.is_absolute() else Path(arguments[0])
     print(f"wrote {len(written)} files in {shown}/; then:\n  cd {shown}\n  python -m runner train")

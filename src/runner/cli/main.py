@@ -51,9 +51,10 @@ def main(arguments: list[str] | None = None) -> None:
 
     try:
         check_process_environment()
-        from runner.cli.project import enter
+        from runner.cli.project import BUILDS_USER_CODE, enter
 
-        enter()  # the project this folder lies in: its code, configs and default options
+        if command in BUILDS_USER_CODE:  # the project this folder lies in: configs, defaults, code
+            enter(code_importable=not any(argument in ("-h", "--help") for argument in rest))
     except UserError as error:
         exit_with(error)
     try:

@@ -1,18 +1,18 @@
 """A user's project: the nearest ``pyproject.toml`` with a ``[tool.runner]`` table, found as pytest and
 ruff find theirs. The project file is the user's own code and trusted as such: its config folder goes on
-Hydra's search path and its code on the import path. A run directory never names either."""
+Hydra's search path and, for the commands that build the user's model or data, its code on the import
+path. A run directory never names either: a folder that holds a run (or lies inside one) is no project,
+whatever it carries; and a code folder that would hide a library (``yaml.py``, ``torch/``) is refused."""
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.config.code_folder import hidden_modules
 from runner.config.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 reads no project file
-    tomllib = None
+from runner.config.project_file import runner_table
 
 PROJECT_FILE = "pyproject.toml"
 # The project runner found, handed to the processes it starts (joblib and submitit workers, a
@@ -20,6 +20,10 @@ PROJECT_FILE = "pyproject.toml"
 PROJECT_ENV = "RUNNER_PROJECT"
 KEYS = {"conf": "the config folder (default conf)", "code": "the folder holding the code (default src)",
         "defaults": "the config groups' default options, e.g. {model = \"my_net\"}"}  # fmt: skip
+# What a run leaves in its folder (runner.experiment.run_files, Hydra's record, a sweep's record).
+RUN_RECORDS = ("run.yaml", "data_split.json", "result.json", "multirun.yaml")
+EVENTS_PREFIX = "events.out.tfevents."
+GROUP_NAME = re.compile(r"[A-Za-z_][\w-]*(/[A-Za-z_][\w-]*)*")  # model, hydra/launcher; never ../
 
 
 @dataclass(frozen=True)
@@ -38,30 +42,49 @@ class Project:
 
 def find_project(start: Path) -> Project | None:
     """The project ``start`` (a folder) lies in: the nearest ``pyproject.toml`` above it, itself
-    included, that has a ``[tool.runner]`` table; None outside any project."""
-    if tomllib is None:
-        return None
-    for folder in [start.resolve(), *start.resolve().parents]:
-        path = folder / PROJECT_FILE
-        if not path.is_file():
-            continue
-        table = read_table(path)
+    included, that has a ``[tool.runner]`` table, above every folder of the way that holds a run; None
+    outside any project."""
+    folders = [start.resolve(), *start.resolve().parents]
+    runs = [index for index, folder in enumerate(folders) if holds_a_run(folder)]
+    for folder in folders[: runs[-1] + 1] if runs else []:
+        if (folder / PROJECT_FILE).exists():
+            print(f"runner: warning: not reading {folder / PROJECT_FILE}: {folders[runs[-1]]} holds a run, "
+                  "and a run's folder is never a project", file=sys.stderr)  # fmt: skip
+            break
+    for folder in folders[runs[-1] + 1 :] if runs else folders:
+        table = read_table(folder / PROJECT_FILE)
         if table is not None:
             return project_of(folder, table)
     return None
 
 
-def read_table(path: Path) -> dict | None:
+def holds_a_run(folder: Path) -> bool:
+    """Whether ``folder`` is a run's or a sweep's: what it carries (a ``pyproject.toml``, a ``conf/``)
+    came with the run, from whoever made it, and is data."""
     try:
-        content = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot be read ({error})") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: not valid TOML ({error})") from None
-    table = content.get("tool", {}).get("runner") if isinstance(content.get("tool"), dict) else None
-    if table is not None and not isinstance(table, dict):
-        raise ConfigError(f"{path}: tool.runner must be a table ([tool.runner])")
-    return table
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    if any(name in RUN_RECORDS or name.startswith(EVENTS_PREFIX) for name in names):
+        return True
+    if ".hydra" in names and (folder / ".hydra").is_dir():
+        return True
+    return "checkpoints" in names and holds_checkpoints(folder / "checkpoints")
+
+
+def holds_checkpoints(folder: Path) -> bool:
+    """A run's ``checkpoints/``: ``last.pt``, ``best.pt``, ``step_*`` (a folder of pretrained weights
+    of the user's own is not one)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    return any(name in ("last.pt", "best.pt") or name.startswith("step_") for name in names)
+
+
+def read_table(path: Path) -> dict | None:
+    """The ``[tool.runner]`` table of the project file ``path`` (``runner.config.project_file``)."""
+    return runner_table(path)
 
 
 def project_of(root: Path, table: dict) -> Project:
@@ -91,6 +114,12 @@ def project_of(root: Path, table: dict) -> Project:
             f"{path}: [tool.runner] defaults must map config groups to options, e.g. "
             'defaults = {model = "my_net", data = "my_data"}'
         )
+    odd = [group for group in defaults if not GROUP_NAME.fullmatch(group)]
+    if odd:
+        raise ConfigError(
+            f"{path}: [tool.runner] defaults {odd[0]!r}: a config group is a name or a path of names inside "
+            'the config folders (model, data, hydra/launcher), e.g. defaults = {model = "my_net"}'
+        )
     return Project(root, folders["conf"], folders["code"], dict(defaults))
 
 
@@ -98,22 +127,42 @@ def active_project() -> Project | None:
     """The project this process works in, as runner's command line (or ``runner.train``) found it and
     handed it on to the processes it starts."""
     root = os.environ.get(PROJECT_ENV)
-    if not root or tomllib is None:
+    if not root:
         return None
     table = read_table(Path(root) / PROJECT_FILE)
     return project_of(Path(root), table) if table is not None else None
 
 
-def enter_project(project: Project) -> None:
-    """Make the project's code importable here and in the processes this one starts (``PYTHONPATH``:
-    joblib and submitit workers, torchrun's ranks), and name the project to them."""
+def enter_project(project: Project, code_importable: bool = True) -> None:
+    """Name the project to this process and those it starts (its config folder, its defaults) and,
+    with ``code_importable``, make its code importable here and there (``PYTHONPATH``: joblib and
+    submitit workers, torchrun's ranks), once it is checked to hide no other module."""
+    os.environ[PROJECT_ENV] = str(project.root)
+    if not code_importable:
+        return
+    check_code_folder(project)
     code = str(project.code)
     if code not in sys.path:
         sys.path.insert(0, code)
     entries = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     if code not in entries:
         os.environ["PYTHONPATH"] = os.pathsep.join([code, *entries])
-    os.environ[PROJECT_ENV] = str(project.root)
+
+
+def check_code_folder(project: Project) -> None:
+    """A module of the code folder that would hide the standard library's, an installed package's or
+    one this process imported from elsewhere (another project's package of the same name) is refused
+    in one line naming both."""
+    hidden = hidden_modules(project.code)
+    if hidden:
+        name, path, elsewhere = hidden[0]
+        again = "imported already" in elsewhere
+        raise ConfigError(
+            f"{project.file}: [tool.runner] code: the code folder {project.code} holds {path.name}, which "
+            f"would hide {name} ({elsewhere}): every import of {name} would run it instead; rename it or "
+            f"move it out of {project.code}"
+            + (f", or start a new Python process (this one imported {name} from elsewhere)" if again else "")
+        )
 
 
 def user_pythonpath() -> str:

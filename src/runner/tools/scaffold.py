@@ -6,6 +6,7 @@ import keyword
 import re
 from pathlib import Path
 
+from runner.config.code_folder import package_taken
 from runner.config.errors import ConfigError
 
 PYPROJECT = """[build-system]
@@ -135,12 +136,20 @@ __pycache__/
 
 
 def package_name(name: str) -> str:
-    """The Python package a project called ``name`` holds: ``my-lab`` -> ``my_lab``."""
+    """The Python package a project called ``name`` holds: ``my-lab`` -> ``my_lab``. Not one that is
+    importable already (``torch``, ``yaml``, ``json``): the project's would hide it in every run."""
     package = re.sub(r"\W", "_", name).lower()
     if not package.isidentifier() or keyword.iskeyword(package) or package.startswith("_"):
         raise ConfigError(
             f"init {name}: a project's name is its package's name too: letters, digits, - and _, "
             "starting with a letter (e.g. runner init lab)"
+        )
+    taken = package_taken(package)
+    if taken is not None:
+        raise ConfigError(
+            f"init {name}: a package named {package} is importable already ({taken}); the project's "
+            f"package would hide it, and every run would import the wrong one: choose another name "
+            f"(e.g. runner init my_{package})"
         )
     return package
 
@@ -156,8 +165,9 @@ def files_of(name: str, package: str) -> dict[str, str]:
 
 
 def create_project(folder: Path) -> list[Path]:
-    """Write the project into ``folder``, which must not exist or be empty; the files written."""
-    name = folder.name
+    """Write the project into ``folder``, which must not exist or be empty; the files written. The
+    project is named after the folder (``init .``: the working folder's name)."""
+    name = folder.absolute().resolve().name if folder.name in ("", ".", "..") else folder.name
     package = package_name(name)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         what = "a file" if not folder.is_dir() else "a folder that is not empty"
