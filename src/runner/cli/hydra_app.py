@@ -24,6 +24,7 @@ from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
 from runner.cli.hydra_help import help_without_schemas
 from runner.cli.hydra_start import check_folder_names, new_sweep_dir, planned_run_dir
+from runner.cli.project_defaults import all_options_of, project_defaults_error
 from runner.cli.suggest import closest_argument
 from runner.cli.write_guard import release_folders
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
@@ -74,7 +75,7 @@ def store_project_defaults(project: Project | None) -> None:
     for group, option in project.defaults.items():
         options = options_of(group)
         if option not in options:
-            options = all_options_of(group)
+            options = all_options_of(group, CONFIG_DIR)
         if option not in options:
             raise ConfigError(
                 f'{project.file}: [tool.runner] defaults {group} = "{option}": no such option; '
@@ -173,23 +174,6 @@ def config_folders(command_line: CommandLine | None) -> list[Path]:
     return [CONFIG_DIR, *([project.conf] if project is not None else []), *folders]
 
 
-def all_options_of(group: str) -> list[str]:
-    """A config group's options as Hydra composes them: the config folders' and those Hydra's plugins
-    register (``hydra/launcher``: basic, joblib, submitit_local, ...)."""
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    state = GlobalHydra.instance()
-    running = state.hydra if state.is_initialized() else None  # a job's (a worker's), or an earlier run's
-    state.clear()
-    try:
-        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-            return sorted(state.config_loader().get_group_options(group))
-    finally:
-        if running is not None:
-            state.initialize(running)
-
-
 def options_of(group: str, command_line: CommandLine | None = None) -> list[str]:
     """A config group's options: runner's, and those in the command line's ``hydra.searchpath``."""
     folders = config_folders(command_line)
@@ -257,21 +241,6 @@ def composition_error(error: Exception, command_line: CommandLine | None = None)
     if isinstance(error.__cause__, OmegaConfBaseException):
         lines.insert(1, str(error.__cause__).splitlines()[0])
     return "; ".join(line.rstrip(".") for line in lines if not line.startswith("See https://"))
-
-
-def project_defaults_error(project: Project, text: str) -> str:
-    """Hydra's error on a project's default options, naming ``pyproject.toml`` and its key."""
-    first = text.split("Config search path")[0].replace("In 'runner_project/defaults':", "").strip()
-    first = first.splitlines()[0].rstrip(".") if first else "Hydra could not compose it"
-    group = re.search(r"Could not override '([^']+)'", first)
-    if group and group[1] in project.defaults and "No match in the defaults list" in first:
-        name, option = group[1], project.defaults[group[1]]
-        return (
-            f'{project.file}: [tool.runner] defaults {name} = "{option}": {name} is no group of '
-            "runner's defaults list (conf/config.yaml), so a project cannot choose its option; give it on "
-            f"the command line ({name}={option}), or remove it from defaults"
-        )
-    return f"{project.file}: [tool.runner] defaults: {first}"
 
 
 def run_hydra(task: Callable[[DictConfig], Any], command_line: CommandLine) -> Any:
