@@ -20,6 +20,7 @@ from runner.config.schema import CheckpointConfig, RunConfig
 from runner.data.loading import is_stream
 from runner.experiment.profiling import profile_plan
 from runner.training.batches import ModelLoss
+from runner.training.modes import kept_modes_line, set_apart
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision
 from runner.training.reduction import sums_its_loss
@@ -216,6 +217,7 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
     notes = built.spread_notes
     return [
         ("model", model_plan(built.model, config.model.get("_target_"))),
+        *([("modes", kept_modes_line(parts))] if (parts := set_apart(built.model)) else []),
         ("data", data_plan(built)),
         ("loss", loss_plan(built.loss_fn, config.loss) + summed_plan(built.loss_fn, built.model)),
         ("optimizer", optimizer_plan(built.optimizer, config.optimizer.get("_target_"))),

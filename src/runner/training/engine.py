@@ -27,6 +27,7 @@ from runner.training.carried import carried_state_of
 from runner.training.device import to_floats
 from runner.training.epochs import Loaders, first_epoch_batches
 from runner.training.metrics import unlogged_metrics_warning
+from runner.training.modes import set_apart, start_training
 from runner.training.nonfinite import DeferredGuard, count_skipped_step
 from runner.training.oom import OutOfMemoryStop, evaluate_within_memory, step_within_memory
 from runner.training.plan import LoopSettings, planned_steps
@@ -207,7 +208,8 @@ def fit(
         return improved
 
     try:  # the bar is closed however the loop ends: an error's line is not glued to it
-        learner.model.train()
+        # The model's own train(); a part its builder left in eval() (a frozen teacher) stays so (modes.py).
+        start_training(learner.model, set_apart(learner.plain_model))
         learner.optimizer.zero_grad(set_to_none=True)
         hooks.callbacks.call("on_train_start", context)
         first_epoch = True  # it may continue part-way through, and may have been started by the caller
