@@ -50,6 +50,7 @@ class Built:
     resumed_from: str | None = None
     reapplied: Sequence[str] = ()  # a resume's overrides taken again from the run's record
     spread_notes: dict[str, str] = field(default_factory=dict)  # strategy, activation checkpointing
+    schedule_counted: bool = False  # stepped as timm's loop steps it
 
 
 def own_class(thing: Any) -> type:
@@ -151,7 +152,14 @@ def parameter_groups(optimizer: torch.optim.Optimizer, model: torch.nn.Module | 
     return groups
 
 
-def schedule_plan(scheduler: dict[str, Any]) -> str:
+def schedule_plan(scheduler: dict[str, Any], counted: bool = False) -> str:
+    """``counted``: a scheduler stepped as timm's loop steps it (training/schedules.py)."""
+    if counted:
+        metric = f", {scheduler['monitor']}" if scheduler.get("monitor") else ""
+        return (
+            f"{scheduler['_target_']}, as timm's loop steps it: step_update(num_updates) after each "
+            f"optimizer step, step(epoch{metric}) after each epoch"
+        )
     if "_target_" not in scheduler:
         warmup = scheduler.get("warmup_steps", 0)
         return f"{scheduler['name']}, per optimizer step" + (f", {warmup} warmup steps" if warmup else "")
@@ -222,7 +230,7 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
         ("loss", loss_plan(built.loss_fn, config.loss) + summed_plan(built.loss_fn, built.model)),
         ("optimizer", optimizer_plan(built.optimizer, config.optimizer.get("_target_"))),
         *([("parameter groups", groups)] if len(groups) > 1 or by_name else []),
-        ("schedule", schedule_plan(config.scheduler)),
+        ("schedule", schedule_plan(config.scheduler, built.schedule_counted)),
         ("device", str(built.device)),
         *([("strategy", notes["strategy"])] if "strategy" in notes else []),
         ("memory", memory_plan(built.model, world_size)),

@@ -203,6 +203,7 @@ def train_in_this_process(
         loss_fn=parts.loss_fn, train_set=parts.train_set, val_set=parts.val_set, total_steps=total_steps,
         steps_per_epoch=per_epoch, run_dir=run_dir, speed_notes=speed.notes, world_size=process.world_size,
         resumed_from=resumed_from, reapplied=found.reapplied if found else (), spread_notes=spread.notes,
+        schedule_counted=schedule.counted,
     ))  # fmt: skip
     log.info(plan)
     logger: MetricLogger = NullLogger()

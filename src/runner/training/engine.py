@@ -203,7 +203,7 @@ def fit(
         improved = None
         if step_validates or (settings.val_every_n_epochs and state.epoch % settings.val_every_n_epochs == 0):
             improved = validate_once()
-        schedule.after_epoch()
+        schedule.after_epoch(state.epoch, state.last_val)
         hooks.callbacks.call("on_epoch_end", context)
         return improved
 
@@ -241,7 +241,7 @@ def fit(
                 guard.keep(result.grad_norm_before_clip, state)
                 if result.applied:
                     state.nonfinite_in_a_row = 0
-                    schedule.after_step()
+                    schedule.after_step(state.step + 1)
                 else:
                     count_skipped_step(
                         state, settings, result.grad_norm_before_clip, learner.precision.scaler.is_enabled()
