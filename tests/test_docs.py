@@ -207,7 +207,8 @@ def first_column_names(table: str) -> set[str]:
 # Keys a checkpoint has only with a feature the tiny run does not use: ema, a stream that keeps its
 # position, a model that carries state, data.sampler.
 KEYS_OF_FEATURES = {
-    "averaged_model_state_dict", "dataset_state_dict", "carried_state_dict", "sampler_state_dict"
+    "averaged_model_state_dict", "dataset_state_dict", "carried_state_dict", "sampler_state_dict",
+    "frozen_weights_sha256",
 }  # fmt: skip
 
 

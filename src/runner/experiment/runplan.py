@@ -181,9 +181,10 @@ def checkpoint_plan(policy: CheckpointConfig, sharded: bool = False) -> str:
     best = f", best{suffix} on {policy.monitor} ({policy.mode})" if policy.save_best else ""
     background = ", written in the background" if policy.async_save else ""
     kind = f", sharded folders{background}" if sharded else ""
+    trained = "; the trained weights only, the frozen ones by their sha256" if policy.trainable_only else ""
     return (
         f"{' and '.join(cadence) or 'no periodic saves'} (newest {policy.keep_last} kept){best}, "
-        f"last{suffix}{kind}"
+        f"last{suffix}{kind}{trained}"
     )
 
 

@@ -173,8 +173,9 @@ def train_in_this_process(
             prepared.train_sampler.state_dict(), "sampler_state_dict"
         )  # before anything is written
     stateful = Stateful(
-        model, optimizer, schedule, precision.scaler, others, lambda: callbacks.averaged_state_dict(model)
-    )
+        model, optimizer, schedule, precision.scaler, others, lambda: callbacks.averaged_state_dict(model),
+        trainable_only=config.checkpoint.trainable_only,
+    )  # fmt: skip
     state = TrainState()
     if checkpoint is not None:
         stateful.load_state_dicts(checkpoint, found.path)
