@@ -1,6 +1,8 @@
 """A part the model's builder left in ``eval()`` (a frozen teacher) stays in eval while the rest trains,
 as a hand loop keeps it, and the run plan says so in one line."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import read_scalars
@@ -90,3 +92,23 @@ def test_a_model_built_all_in_train_or_all_in_eval_trains_as_model_train_has_it(
     assert parts == {}
     start_training(model, parts)
     assert all(module.training for module in model.modules())
+
+
+def test_lr_find_steps_with_the_teacher_in_eval_as_the_run_does(monkeypatch):
+    """lr_find (and doctor's overfit check) train a copy of the model as the run starts it."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "plugins"))
+    from distill import distiller
+
+    from runner.tools.lr_find import find_lr
+    from runner.training.batches import ModelLoss
+    from runner.training.precision import resolve_precision
+
+    model = distiller()
+    seen = []
+    model.teacher.register_forward_pre_hook(lambda module, _: seen.append(module.training))
+    train_set, _ = load_digits()
+    loader = torch.utils.data.DataLoader(train_set, batch_size=32)
+    cpu = torch.device("cpu")
+    find_lr(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1), ModelLoss(), loader, cpu,
+            resolve_precision("fp32", cpu), None, "labels", num_steps=5)  # fmt: skip
+    assert seen and not any(seen)
