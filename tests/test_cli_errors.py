@@ -153,8 +153,8 @@ PLUGINS = Path(__file__).parent / "plugins"
          "mode=min, patience=0, min_delta=0.0 (ValueError: early stopping takes mode min or max, "
          "patience >= 1"),
         (("callbacks=ema", "callbacks.ema.decay=1.5"),
-         "callbacks.ema: runner.training.callbacks.EMA refused decay=1.5 (ValueError: ema takes a decay in "
-         "(0, 1)"),
+         "callbacks.ema: runner.training.callbacks.EMA refused decay=1.5, warmup=false, inv_gamma=1.0, "
+         "power=null (ValueError: ema takes a decay in (0, 1)"),
         (("data=classification", "data.dataset.num_train=4", "data.drop_last=true"),
          "an epoch has no batch: with data.drop_last=true"),
         (("model=char_rnn",), "the model (CharRNN) and the data do not fit: on the first batch, list of 2 "

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import REPO, TINY, read_scalars
+from conftest import REPO, TINY, composed, read_scalars
 
 DOCS = REPO / "docs"
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -207,7 +207,8 @@ def first_column_names(table: str) -> set[str]:
 # Keys a checkpoint has only with a feature the tiny run does not use: ema, a stream that keeps its
 # position, a model that carries state, data.sampler.
 KEYS_OF_FEATURES = {
-    "averaged_model_state_dict", "dataset_state_dict", "carried_state_dict", "sampler_state_dict"
+    "averaged_model_state_dict", "dataset_state_dict", "carried_state_dict", "sampler_state_dict",
+    "frozen_weights_sha256",
 }  # fmt: skip
 
 
@@ -356,3 +357,68 @@ def test_the_configuration_page_has_a_row_for_every_setting_and_names_every_sect
         if f"`{section}.{item.name}" not in reference
     ]
     assert unnamed == []
+
+
+COMING_FROM = DOCS / "coming-from.md"
+OUTSIDE = ("timm", "peft", "diffusers")  # libraries a command's option needs that runner does not
+
+
+def coming_from_commands() -> list[str]:
+    """Every ``python -m runner train`` line of the "Coming from another library" page."""
+    text = COMING_FROM.read_text()
+    lines = [line for _, code in blocks(text, "bash") for line in code.splitlines()]
+    assert all(line.startswith("python -m runner train ") for line in lines), lines
+    return lines
+
+
+def coming_from_configs(folder: Path) -> Path:
+    """The page's config files (``title="conf/..."``), written into ``folder`` as a project's are."""
+    for info, text in blocks(COMING_FROM.read_text(), "yaml"):
+        (relative,) = re.findall(r'title="conf/([^"]+)"', info)
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize("command", coming_from_commands())
+def test_each_coming_from_command_is_runners_and_trains_with_runners_parts(command, train_here, tmp_path):
+    """Each line composes with runner's settings (a key or value runner lacks is refused); one that
+    needs no other library trains a few steps in this process, as the line says."""
+    overrides = shlex.split(command)[4:]
+    search = f"hydra.searchpath=[file://{coming_from_configs(tmp_path / 'conf')}]"
+    config = composed(search, *overrides)
+    outside = [name for name in OUTSIDE if name in str(dataclasses.asdict(config))]
+    if not outside:
+        run_dir = train_here(search, *overrides, "trainer.max_steps=3", "trainer.max_epochs=null")
+        assert yaml.safe_load((run_dir / "run.yaml").read_text()) is not None
+        assert len(read_scalars(run_dir)["train/loss"]) >= 1
+    else:
+        assert outside == ["timm"] and config.scheduler["_target_"] == "timm.scheduler.CosineLRScheduler"
+
+
+def test_a_loader_without_a_generator_draws_from_the_global_one_each_epoch_and_runners_do_not():
+    """The page's DataLoader note: an epoch of a loader without ``generator=`` moves torch's global
+    generator (even unshuffled), one with its own (the page's line, and runner's loaders) does not."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from runner.data.loading import make_loaders
+
+    train_set = TensorDataset(torch.arange(64.0))
+    runners, _, _ = make_loaders(
+        train_set, train_set, 32, shuffle=True, num_workers=0, seed=0, pin_memory=False
+    )
+    shown = re.search(r"^loader = (DataLoader\(.+\))$", COMING_FROM.read_text(), flags=re.MULTILINE)[1]
+    loaders = {
+        "unshuffled": DataLoader(train_set, batch_size=32),
+        "shuffled": DataLoader(train_set, batch_size=32, shuffle=True),
+        "the page's": eval(shown, {"DataLoader": DataLoader, "train_set": train_set, "torch": torch}),
+        "runner's": runners,
+    }
+    moved = {}
+    for name, loader in loaders.items():
+        torch.manual_seed(0)
+        before = torch.get_rng_state()
+        for _ in range(2):  # two epochs
+            list(loader)
+        moved[name] = not torch.equal(before, torch.get_rng_state())
+    assert moved == {"unshuffled": True, "shuffled": True, "the page's": False, "runner's": False}

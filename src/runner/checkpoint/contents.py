@@ -12,6 +12,7 @@ import torch
 
 import runner
 from runner.checkpoint.files import FORMAT_VERSION, CheckpointError, check_state_dict_fits
+from runner.checkpoint.trainable import DIGEST_KEY, frozen_digest, load_weights, trainable_state_dict
 
 
 def rng_states() -> dict[str, Any]:
@@ -94,10 +95,20 @@ class Stateful:
     others: Mapping[str, Any] = field(default_factory=dict)
     # The weights eval should use when they are not the model's own (an EMA's averages), or None.
     averaged_weights: Callable[[], Mapping[str, torch.Tensor] | None] = lambda: None
+    # checkpoint.trainable_only: the model's trained weights only, and the frozen ones' digest.
+    trainable_only: bool = False
+    digest: str | None = None  # of the frozen weights as built (they do not train): computed once
+
+    def model_states(self) -> dict[str, Any]:
+        if not self.trainable_only:
+            return {"model_state_dict": self.model.state_dict()}
+        if self.digest is None:
+            self.digest = frozen_digest(self.model)
+        return {"model_state_dict": trainable_state_dict(self.model), DIGEST_KEY: self.digest}
 
     def state_dicts(self) -> dict[str, Any]:
         states = {
-            "model_state_dict": self.model.state_dict(),
+            **self.model_states(),
             "optimizer_state_dict": self.optimizer.state_dict(),
             "scheduler_state_dict": self.scheduler.state_dict(),
             "scaler_state_dict": self.scaler.state_dict(),
@@ -112,12 +123,17 @@ class Stateful:
     def load_state_dicts(self, checkpoint: Mapping[str, Any], path: Path) -> None:
         """Strictly: a model or optimizer that does not fit is named, not half-loaded. A sharded
         checkpoint's record (``sharded.py``) has its shards read first, re-sharded as the model is."""
-        check_state_dict_fits(self.model, checkpoint["model_state_dict"], path)  # placeholders have shapes
-        if path.is_dir():
-            from runner.checkpoint.sharded import load_sharded  # torch.distributed.checkpoint: only here
+        if DIGEST_KEY in checkpoint:  # checkpoint.trainable_only: the frozen weights checked, the rest loaded
+            load_weights(self.model, checkpoint["model_state_dict"], checkpoint, path)
+            self.digest = checkpoint[DIGEST_KEY]
+        else:
+            # A sharded one's placeholders have shapes: checked before its shards are read.
+            check_state_dict_fits(self.model, checkpoint["model_state_dict"], path)
+            if path.is_dir():
+                from runner.checkpoint.sharded import load_sharded  # torch.distributed.checkpoint: only here
 
-            checkpoint = load_sharded(path, checkpoint, self.model)
-        self.model.load_state_dict(checkpoint["model_state_dict"])
+                checkpoint = load_sharded(path, checkpoint, self.model)
+            self.model.load_state_dict(checkpoint["model_state_dict"])
         try:
             self.optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
         except (ValueError, KeyError) as error:

@@ -10,7 +10,7 @@ otherwise load.
 import hashlib
 import pickle
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any
 
@@ -226,10 +226,16 @@ def shape_of(value: Any) -> list[int]:
     return list(value.shape) if isinstance(value, torch.Tensor) else list(value["shape"])
 
 
-def check_state_dict_fits(module: torch.nn.Module, state_dict: dict[str, torch.Tensor], path: Path) -> None:
+def check_state_dict_fits(
+    module: torch.nn.Module,
+    state_dict: dict[str, torch.Tensor],
+    path: Path,
+    leave_out: Set[str] = frozenset(),
+) -> None:
     """Strict loading, with the debugging checklist's advice: name missing keys, unexpected keys and shape
-    mismatches instead of a wall of text from ``load_state_dict``."""
-    expected = module.state_dict()
+    mismatches instead of a wall of text from ``load_state_dict``. ``leave_out``: keys the checkpoint
+    does not hold (a trainable-only checkpoint's frozen ones, ``trainable.py``)."""
+    expected = {key: value for key, value in module.state_dict().items() if key not in leave_out}
     missing = [key for key in expected if key not in state_dict]
     unexpected = [key for key in state_dict if key not in expected]
     mismatched = [

@@ -11,6 +11,8 @@ commands:
   report   summary table and plot of a sweep or a run: python -m runner report DIR
   consolidate  a sharded checkpoint (strategy=fsdp) as one plain file:
            python -m runner consolidate DIR [--output FILE]
+  export   a run's trained model in its library's format (safetensors, or a peft adapter):
+           python -m runner export RUN --format safetensors|peft [--output DIR]
   doctor   the debugging checklist's 8 checks on what train would build, writing nothing:
            python -m runner doctor [key=value ...] [--json]
   lr_find  learning-rate range test: python -m runner lr_find [key=value ...]
@@ -26,6 +28,7 @@ COMMANDS = {  # command: (module, function); imported only when run, so --help s
     "eval": ("runner.cli.tools", "main_eval"),
     "report": ("runner.cli.tools", "main_report"),
     "consolidate": ("runner.cli.tools", "main_consolidate"),
+    "export": ("runner.cli.tools", "main_export"),
     "doctor": ("runner.cli.tools", "main_doctor"),
     "lr_find": ("runner.cli.tools", "main_lr_find"),
     "verify-resume": ("runner.cli.verify", "main_verify_resume"),

@@ -1,4 +1,5 @@
-"""The commands besides ``train``: ``eval``, ``report``, ``consolidate``, ``doctor`` and ``lr_find``."""
+"""The commands besides ``train``: ``eval``, ``report``, ``consolidate``, ``export``, ``doctor`` and
+``lr_find``."""
 
 import logging
 from collections.abc import Callable
@@ -54,6 +55,20 @@ a plain checkpoint's keys (model_state_dict with whole tensors, optimizer_state_
 
   DIR            a sharded checkpoint folder, or a run directory
   --output FILE  where to write (default <run dir>/consolidated/<name>.pt); an existing file is kept
+"""
+EXPORT_HELP = """usage: python -m runner export RUN --format safetensors|peft [--output DIR]
+                              [allow_targets=TARGET[,TARGET...]]
+
+Writes a run's trained model in its library's own format, loaded as runner.load_model loads it (the
+best.pt of a run directory, else its newest checkpoint; with ema, the averaged weights; a
+checkpoint.trainable_only checkpoint's frozen base rebuilt from the config and checked by its sha256).
+
+  RUN                   a run directory or a checkpoint file
+  --format safetensors  every weight, as DIR/model.safetensors (safetensors' save_file)
+  --format peft         the adapter of a peft model (peft's save_pretrained: adapter_config.json and
+                        adapter_model.safetensors, which PeftModel.from_pretrained loads)
+  --output DIR          where (default <run dir>/export/<format>); an existing DIR is kept, not overwritten
+  allow_targets=A,B     _target_s of your own code the stored config may build, as for eval
 """
 LR_FIND_RANGE = {"--min-lr": 1e-6, "--max-lr": 10.0, "--steps": 100}  # lr_find's flags, their defaults
 LR_FIND_DIR = "hydra.run.dir=outputs/lr_find/${now:%Y-%m-%d}/${now:%H-%M-%S}-${unique_suffix:}"
@@ -154,6 +169,41 @@ def main_consolidate(arguments: list[str]) -> None:
     except UserError as error:
         exit_with(error)
     print(f"wrote {written} (from {folder})")
+
+
+def main_export(arguments: list[str]) -> None:
+    """``python -m runner export RUN --format safetensors|peft [--output DIR] [allow_targets=A,B]``."""
+    if any(argument in HELP_FLAGS for argument in arguments):
+        print(EXPORT_HELP, end="")
+        raise SystemExit(0)
+    from runner.config.trust import folder_targets
+    from runner.tools.export import FORMATS, export_run
+
+    rest, flags = list(arguments), {}
+    try:
+        for flag in ("--format", "--output"):
+            if flag in rest:
+                at = rest.index(flag)
+                if at + 1 >= len(rest):
+                    raise ConfigError(f"export: {flag} takes a value")
+                flags[flag] = rest.pop(at + 1)
+                rest.pop(at)
+        allowed = {
+            t for a in rest if a.startswith("allow_targets=") for t in a.split("=", 1)[1].split(",") if t
+        }
+        rest = [argument for argument in rest if not argument.startswith("allow_targets=")]
+        if len(rest) != 1 or rest[0].startswith("-") or "--format" not in flags:
+            got = " ".join(arguments) or "nothing"
+            raise ConfigError(
+                f"export takes a run directory or checkpoint and --format {'|'.join(FORMATS)} "
+                f"[--output DIR] [allow_targets=A,B]; got {got}"
+            )
+        trusted = set().union(*(folder_targets(folder) for folder in config_folders(None))) | allowed
+        output = Path(flags["--output"]) if "--output" in flags else None
+        written = export_run(Path(rest[0]), flags["--format"], output, hydra.utils.instantiate, trusted)
+    except UserError as error:
+        exit_with(error)
+    print(f"wrote {written} ({flags['--format']})")
 
 
 def checked(command: str, arguments: list[str], flags: tuple[str, ...] = ()) -> CommandLine:

@@ -177,6 +177,7 @@ def validate_config(config: RunConfig) -> None:
             "to a class building a collator (or a function, with _partial_: true), or null"
         )
     check_scheduler(config.scheduler)
+    check_trainable_only(config)
     monitors = {
         "checkpoint.monitor": config.checkpoint.monitor,
         "scheduler.monitor": config.scheduler.get("monitor"),
@@ -211,4 +212,22 @@ def check_scheduler(scheduler: Mapping[str, Any]) -> None:
                 f"scheduler.name={scheduler['name']} steps once per optimizer step; scheduler.interval "
                 "and scheduler.monitor apply to _target_ schedulers (scheduler=plateau, or "
                 "scheduler._target_=...)"
+            )
+
+
+def check_trainable_only(config: RunConfig) -> None:
+    """``checkpoint.trainable_only`` leaves the frozen weights out of the model's state dict: what keeps
+    them whole elsewhere is refused rather than filling the checkpoint back up."""
+    if not config.checkpoint.trainable_only:
+        return
+    if config.strategy == "fsdp":
+        raise ConfigError(
+            "checkpoint.trainable_only=true with strategy=fsdp: sharded checkpoints save every weight; "
+            "use strategy=ddp (or none) for a trainable-only checkpoint"
+        )
+    for name, spec in config.callbacks.items():
+        if spec.get("_target_") == "runner.training.callbacks.EMA":
+            raise ConfigError(
+                f"checkpoint.trainable_only=true with callbacks.{name} (ema): the averages cover every "
+                "weight, the frozen ones too, and are saved whole; leave out one of them"
             )

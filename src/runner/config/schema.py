@@ -92,6 +92,9 @@ class CheckpointConfig:
     # Sharded checkpoints (strategy=fsdp) are written in the background: training goes on once the
     # state is copied. Plain checkpoint files are always written in the background.
     async_save: bool = setting(False, rule=BOOLEAN, resume="may_change")
+    # Only what trains (parameters with requires_grad, and buffers) and the sha256 of the frozen
+    # parameters: a LoRA run's checkpoints without the base (checkpoint/trainable.py).
+    trainable_only: bool = setting(False, rule=BOOLEAN, resume="may_change")
 
 
 CLASS_NAMES = Rule(

@@ -115,16 +115,18 @@ def own_step_optimizer(config: RunConfig, optimizer: torch.optim.Optimizer) -> N
 
 def named_schedules(named: NamedOptimizers, build_schedule: Callable[..., Schedule]) -> Schedule:
     """Each optimizer's scheduler (``build_schedule(spec, optimizer)``), stepped together: they must
-    step at the same points (the same interval and monitor)."""
+    step at the same points (the same interval and monitor, all timm's or none)."""
     built = {
         name: build_schedule(named.scheduler_specs[name], named.optimizers[name]) for name in named.optimizers
     }
     first = next(iter(built.values()))
     for name, schedule in built.items():
-        if (schedule.interval, schedule.monitor) != (first.interval, first.monitor):
+        if (schedule.interval, schedule.monitor) != (first.interval, first.monitor) or (
+            schedule.counted != first.counted
+        ):
             raise ConfigError(
                 f"optimizers.{name}.scheduler steps per {schedule.interval} on {schedule.monitor}, the "
                 f"others per {first.interval} on {first.monitor}; every optimizer's scheduler must step alike"
             )
     schedulers = NamedSchedulers({name: schedule.scheduler for name, schedule in built.items()})
-    return Schedule(schedulers, first.interval, first.monitor)
+    return Schedule(schedulers, first.interval, first.monitor, first.counted)

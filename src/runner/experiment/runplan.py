@@ -20,6 +20,7 @@ from runner.config.schema import CheckpointConfig, RunConfig
 from runner.data.loading import is_stream
 from runner.experiment.profiling import profile_plan
 from runner.training.batches import ModelLoss
+from runner.training.modes import kept_modes_line, set_apart
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision
 from runner.training.reduction import sums_its_loss
@@ -49,6 +50,7 @@ class Built:
     resumed_from: str | None = None
     reapplied: Sequence[str] = ()  # a resume's overrides taken again from the run's record
     spread_notes: dict[str, str] = field(default_factory=dict)  # strategy, activation checkpointing
+    schedule_counted: bool = False  # stepped as timm's loop steps it
 
 
 def own_class(thing: Any) -> type:
@@ -155,7 +157,14 @@ def parameter_groups(optimizer: torch.optim.Optimizer, model: torch.nn.Module | 
     return groups
 
 
-def schedule_plan(scheduler: dict[str, Any]) -> str:
+def schedule_plan(scheduler: dict[str, Any], counted: bool = False) -> str:
+    """``counted``: a scheduler stepped as timm's loop steps it (training/schedules.py)."""
+    if counted:
+        metric = f", {scheduler['monitor']}" if scheduler.get("monitor") else ""
+        return (
+            f"{scheduler['_target_']}, as timm's loop steps it: step_update(num_updates) after each "
+            f"optimizer step, step(epoch{metric}) after each epoch"
+        )
     if "_target_" not in scheduler:
         warmup = scheduler.get("warmup_steps", 0)
         return f"{scheduler['name']}, per optimizer step" + (f", {warmup} warmup steps" if warmup else "")
@@ -177,9 +186,10 @@ def checkpoint_plan(policy: CheckpointConfig, sharded: bool = False) -> str:
     best = f", best{suffix} on {policy.monitor} ({policy.mode})" if policy.save_best else ""
     background = ", written in the background" if policy.async_save else ""
     kind = f", sharded folders{background}" if sharded else ""
+    trained = "; the trained weights only, the frozen ones by their sha256" if policy.trainable_only else ""
     return (
         f"{' and '.join(cadence) or 'no periodic saves'} (newest {policy.keep_last} kept){best}, "
-        f"last{suffix}{kind}"
+        f"last{suffix}{kind}{trained}"
     )
 
 
@@ -221,12 +231,13 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
     notes = built.spread_notes
     return [
         ("model", model_plan(built.model, config.model.get("_target_"))),
+        *([("modes", kept_modes_line(parts))] if (parts := set_apart(built.model)) else []),
         ("data", data_plan(built)),
         ("loss", loss_plan(built.loss_fn, config.loss) + summed_plan(built.loss_fn, built.model)),
         ("optimizer", optimizer_plan(built.optimizer, config.optimizer.get("_target_"))),
         *([("step", own_step_plan(built.optimizer))] if isinstance(built.optimizer, NamedOptimizers) else []),
         *([("parameter groups", groups)] if len(groups) > 1 or by_name else []),
-        ("schedule", schedule_plan(config.scheduler)),
+        ("schedule", schedule_plan(config.scheduler, built.schedule_counted)),
         ("device", str(built.device)),
         *([("strategy", notes["strategy"])] if "strategy" in notes else []),
         ("memory", memory_plan(built.model, world_size)),

@@ -32,7 +32,7 @@ from runner.training.manual_step import writes_own_step
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision, resolve_precision
 from runner.training.reduction import check_reduction
-from runner.training.schedules import Schedule, build_scheduler, fill_planned, named_schedule
+from runner.training.schedules import Schedule, build_scheduler, fill_planned, named_schedule, schedule_of
 from runner.training.seeding import seed_everything
 
 Build = Callable[..., Any]
@@ -160,7 +160,8 @@ def build_schedule(
 ) -> Schedule:  # fmt: skip
     """A named schedule, or any ``_target_`` scheduler built with the optimizer and its other keys
     (``${total_steps}`` and ``${steps_per_epoch}`` filled in). ``ReduceLROnPlateau`` steps on
-    ``monitor`` after each validation. Several optimizers: each its own (experiment/optimizers.py)."""
+    ``monitor`` after each validation, timm's as timm's loop steps them (schedules.py). Several
+    optimizers: each its own (experiment/optimizers.py)."""
     if isinstance(optimizer, NamedOptimizers):
         return named_schedules(
             optimizer, lambda *args: build_schedule(build, *args, total_steps, steps_per_epoch)
@@ -170,9 +171,7 @@ def build_schedule(
     arguments = {key: value for key, value in spec.items() if key not in ("interval", "monitor")}
     arguments = fill_planned(arguments, {"total_steps": total_steps, "steps_per_epoch": steps_per_epoch})
     scheduler = build_component(build, "scheduler", arguments, optimizer)
-    on_plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-    monitor = spec.get("monitor", "val/loss") if on_plateau else spec.get("monitor")
-    return Schedule(scheduler, spec.get("interval", "step"), monitor)
+    return schedule_of(scheduler, spec["_target_"], spec.get("interval", "step"), spec.get("monitor"))
 
 
 @dataclass

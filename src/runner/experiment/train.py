@@ -3,6 +3,7 @@
 Hydra-free (see ``setup.py``): the command line composes the config and hands it over.
 """
 
+import functools
 import logging
 import signal
 import statistics
@@ -167,12 +168,10 @@ def train_in_this_process(
     }
     if isinstance(prepared.train_sampler, SamplerOrder):  # data.sampler: its state resumes its order
         others["sampler"] = prepared.train_sampler
-        check_loadable(
-            prepared.train_sampler.state_dict(), "sampler_state_dict"
-        )  # before anything is written
-    stateful = Stateful(
-        model, optimizer, schedule, precision.scaler, others, lambda: callbacks.averaged_state_dict(model)
-    )
+        check_loadable(prepared.train_sampler.state_dict(), "sampler_state_dict")  # before any write
+    averaged = functools.partial(callbacks.averaged_state_dict, model)
+    stateful = Stateful(model, optimizer, schedule, precision.scaler, others, averaged,
+                        trainable_only=config.checkpoint.trainable_only)  # fmt: skip
     state = TrainState()
     if checkpoint is not None:
         stateful.load_state_dicts(checkpoint, found.path)
@@ -201,7 +200,7 @@ def train_in_this_process(
         loss_fn=parts.loss_fn, train_set=parts.train_set, val_set=parts.val_set, total_steps=total_steps,
         steps_per_epoch=per_epoch, run_dir=run_dir, speed_notes=speed.notes, world_size=process.world_size,
         resumed_from=resumed_from, reapplied=found.reapplied if found else (), spread_notes=spread.notes,
-    ))  # fmt: skip
+        schedule_counted=schedule.counted))  # fmt: skip
     log.info(plan)
     logger: MetricLogger = NullLogger()
     checkpointer: Checkpointer = NoCheckpoints()

@@ -6,7 +6,8 @@ from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any
 
-from runner.checkpoint.files import check_state_dict_fits, is_sharded_folder, load_checkpoint
+from runner.checkpoint.files import is_sharded_folder, load_checkpoint
+from runner.checkpoint.trainable import load_weights
 from runner.config.errors import ConfigError
 from runner.config.trust import check_config_from_file, check_saved_resolved
 from runner.config.typed import as_dict, typed_config
@@ -47,8 +48,7 @@ def evaluate_checkpoint(
             "set; it must return (train, val, test) for split=test"
         )
     weights = checkpoint.get("averaged_model_state_dict") or checkpoint["model_state_dict"]
-    check_state_dict_fits(parts.model, weights, path)
-    parts.model.load_state_dict(weights)
+    load_weights(parts.model, weights, checkpoint, path)  # a trainable-only one's base checked (trainable.py)
     loader = make_loader(
         dataset, config.data.val_batch_size or config.data.batch_size, seed=0,
         # The checkpoint's number of workers, up to what this machine takes: eval has no setting for it.

@@ -16,6 +16,7 @@ from torch import nn
 from runner.checkpoint.durable import atomic_write, writing
 from runner.config.errors import UserError
 from runner.observe.writer import TensorBoardLogger
+from runner.training.modes import set_apart, start_training
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision
 from runner.training.step import Learner, train_step
@@ -47,7 +48,7 @@ def find_lr(
     """The run's own training step at each rate, on a copy of the model; the loss of each step is the
     one before its update."""
     model = copy.deepcopy(model)
-    model.train()
+    start_training(model, set_apart(model))  # as the run starts (training/modes.py)
     model.zero_grad(set_to_none=True)
     learner = Learner(model, loss_fn, make_optimizer(model), precision, device, False, target_key)
     if isinstance(learner.optimizer, NamedOptimizers) and len(learner.optimizer.optimizers) > 1:

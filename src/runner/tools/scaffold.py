@@ -1,6 +1,8 @@
 """``runner init NAME``: a project folder the user owns. A package with a model and a data set that
 learn, their config groups, a ``pyproject.toml`` that declares the package and runner's settings for
-the project (``[tool.runner]``: how runner finds it from any folder below), a README and a test."""
+the project (``[tool.runner]``: how runner finds it from any folder below) and makes it installable
+(``pip install -e .``, which its README shows: a plain script or notebook then imports it), a README
+and a test."""
 
 import keyword
 import re
@@ -128,6 +130,20 @@ Your own model: a class or function in `src/{package}/` and a file `conf/model/N
 (`_target_: {package}.models.MyNet` and its arguments); then `python -m runner train model=NAME`.
 Your own data: a function returning `(train, val)` data sets and `conf/data/NAME.yaml` (copy
 `{package}_data.yaml`); then `data=NAME`. From Python: `runner.train([...])`, `runner.load_model(run_dir)`.
+
+## Your code in a plain script or notebook
+
+`python -m runner` finds `src/` by itself (this folder's `pyproject.toml`, `[tool.runner]`). A plain
+`python script.py`, a notebook or another tool imports `{package}` once the project is installed in
+the environment runner is installed in. Once, from this folder:
+
+```
+pip install -e .
+```
+
+Editable: your edits count at once, with nothing to reinstall; it installs no other package (runner
+and torch are the environment's). Then `import {package}` works from anywhere, and
+`runner.load_model(run_dir)` builds a trained `{package}` model.
 """
 GITIGNORE = """outputs/
 __pycache__/

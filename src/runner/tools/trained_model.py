@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 
-from runner.checkpoint.files import check_state_dict_fits, is_sharded_folder, load_checkpoint
+from runner.checkpoint.files import is_sharded_folder, load_checkpoint
 from runner.checkpoint.locate import checkpoint_to_evaluate
+from runner.checkpoint.trainable import load_weights
 from runner.config.errors import ConfigError
 from runner.config.trust import check_config_from_file, check_saved_resolved
 from runner.config.typed import as_dict, typed_config
@@ -44,6 +45,5 @@ def load_trained_model(
         built = type(model).__name__
         raise ConfigError(f"model._target_={config.model['_target_']} built a {built}, not a torch.nn.Module")
     weights: Any = checkpoint.get("averaged_model_state_dict") or checkpoint["model_state_dict"]
-    check_state_dict_fits(model, weights, path)
-    model.load_state_dict(weights)
+    load_weights(model, weights, checkpoint, path)  # a trainable-only one's base checked (trainable.py)
     return model.to(resolve_device(device_name)).eval()

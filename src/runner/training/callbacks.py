@@ -189,15 +189,42 @@ class EarlyStopping:
 class EMA:
     """An exponential moving average of the floating-point parameters and buffers, updated after every
     optimizer step: ``average = decay * average + (1 - decay) * weight``. Validation (so best.pt's
-    choice) and ``eval`` use the averages; training continues on the model's own weights."""
+    choice) and ``eval`` use the averages; training continues on the model's own weights.
 
-    def __init__(self, decay: float = 0.999):
+    ``warmup`` lowers the decay early on, as diffusers' ``EMAModel`` does: at the k-th update, with
+    ``s = k - 1``, the decay is 0 for ``s = 0`` (the average starts at the weights), then
+    ``min(decay, (1 + s) / (10 + s))``; with ``power`` set, ``min(decay, 1 - (1 + s / inv_gamma) **
+    -power)`` (diffusers' ``use_ema_warmup=True``; 2/3 suits long runs, 3/4 short ones)."""
+
+    def __init__(
+        self, decay: float = 0.999, warmup: bool = False, inv_gamma: float = 1.0, power: float | None = None
+    ):
         if not 0.0 < decay < 1.0 or math.isnan(decay):
             raise ValueError(f"ema takes a decay in (0, 1); got decay={decay}")
-        self.decay = decay
+        if not isinstance(warmup, bool):
+            raise ValueError(f"ema takes warmup true or false; got warmup={warmup}")
+        if not inv_gamma > 0 or (power is not None and not power > 0):
+            raise ValueError(f"ema takes inv_gamma > 0 and power > 0 or null; got {inv_gamma=}, {power=}")
+        if not warmup and power is not None:
+            raise ValueError(f"ema's power={power} shapes its warmup; set warmup=true, or leave power out")
+        self.decay, self.warmup, self.inv_gamma, self.power = decay, warmup, inv_gamma, power
         self.averages: dict[str, torch.Tensor] = {}
+        self.updates: int | None = 0  # diffusers' optimization_step: the warmup's count, saved with them
+
+    def decay_at(self, update: int) -> float:
+        """The decay of the ``update``-th update (1 for the first), as diffusers' ``get_decay``."""
+        if not self.warmup:
+            return self.decay
+        step = update - 1
+        if step <= 0:
+            return 0.0
+        if self.power is None:
+            return min(self.decay, (1 + step) / (10 + step))
+        return min(self.decay, 1 - (1 + step / self.inv_gamma) ** -self.power)
 
     def on_train_start(self, context: Context) -> None:
+        if self.updates is None:
+            self.updates = context.step
         restored = self.averages  # from a checkpoint (on the CPU), or empty
         self.averages = {
             name: restored[name].to(tensor.device) if name in restored else tensor.detach().clone()
@@ -205,9 +232,11 @@ class EMA:
         }
 
     def on_step_end(self, context: Context) -> None:
+        self.updates = (self.updates or 0) + 1
+        weight = 1.0 - self.decay_at(self.updates)
         with torch.no_grad():
             for name, tensor in self.tracked(context.model):
-                self.averages[name].lerp_(tensor, 1.0 - self.decay)
+                self.averages[name].lerp_(tensor, weight)
 
     @staticmethod
     def tracked(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -234,7 +263,9 @@ class EMA:
         return {**model.state_dict(), **copy.copy(self.averages)}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"decay": self.decay, "averages": self.averages}
+        return {"decay": self.decay, "averages": self.averages, "updates": self.updates}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """A checkpoint from before the warmup has no count: the run's optimizer steps stand for it."""
         self.averages = {name: tensor.clone() for name, tensor in state["averages"].items()}
+        self.updates = state.get("updates")

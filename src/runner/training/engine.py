@@ -27,6 +27,7 @@ from runner.training.carried import carried_state_of
 from runner.training.device import to_floats
 from runner.training.epochs import Loaders, first_epoch_batches
 from runner.training.metrics import unlogged_metrics_warning
+from runner.training.modes import set_apart, start_training
 from runner.training.nonfinite import DeferredGuard, count_skipped_step
 from runner.training.oom import OutOfMemoryStop, evaluate_within_memory, step_within_memory
 from runner.training.plan import LoopSettings, planned_steps
@@ -202,12 +203,13 @@ def fit(
         improved = None
         if step_validates or (settings.val_every_n_epochs and state.epoch % settings.val_every_n_epochs == 0):
             improved = validate_once()
-        schedule.after_epoch()
+        schedule.after_epoch(state.epoch, state.last_val)
         hooks.callbacks.call("on_epoch_end", context)
         return improved
 
     try:  # the bar is closed however the loop ends: an error's line is not glued to it
-        learner.model.train()
+        # The model's own train(); a part its builder left in eval() (a frozen teacher) stays so (modes.py).
+        start_training(learner.model, set_apart(learner.plain_model))
         learner.optimizer.zero_grad(set_to_none=True)
         hooks.callbacks.call("on_train_start", context)
         first_epoch = True  # it may continue part-way through, and may have been started by the caller
@@ -239,7 +241,7 @@ def fit(
                 guard.keep(result.grad_norm_before_clip, state)
                 if result.applied:
                     state.nonfinite_in_a_row = 0
-                    schedule.after_step()
+                    schedule.after_step(state.step + 1)
                 else:
                     count_skipped_step(
                         state, settings, result.grad_norm_before_clip, learner.precision.scaler.is_enabled()

@@ -81,9 +81,14 @@ class NamedSchedulers:
 
     schedulers: dict[str, Any]
 
-    def step(self, *metric: float) -> None:
+    def step(self, *counts_or_metric: float | None) -> None:
         for scheduler in self.schedulers.values():
-            scheduler.step(*metric)
+            scheduler.step(*counts_or_metric)
+
+    def step_update(self, num_updates: int) -> None:
+        """timm's schedulers (schedules.py), each told the update count."""
+        for scheduler in self.schedulers.values():
+            scheduler.step_update(num_updates=num_updates)
 
     def state_dict(self) -> dict[str, Any]:
         return {name: scheduler.state_dict() for name, scheduler in self.schedulers.items()}

@@ -1,6 +1,7 @@
 """Learning-rate schedules: the named ones (stepped once per optimizer step, with an optional linear
 warmup), and when any scheduler steps (:class:`Schedule`)."""
 
+import inspect
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -92,22 +93,32 @@ def linear_warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, tot
 class Schedule:
     """When a scheduler steps: after every optimizer step (``interval=step``), after every epoch
     (``interval=epoch``), or, with ``monitor`` (``ReduceLROnPlateau``), after every validation with
-    that metric's value."""
+    that metric's value. A scheduler that is told the counts (``counted``: timm's, whose ``step`` needs
+    the epoch) is driven as timm's ``train.py`` drives it: ``step_update(num_updates=...)`` after every
+    optimizer step, ``step(epoch, metric)`` after every epoch, with ``monitor``'s latest value if set."""
 
     scheduler: Any
     interval: str = "step"
     monitor: str | None = None
+    counted: bool = False
 
-    def after_step(self) -> None:
-        if self.interval == "step" and self.monitor is None:
+    def after_step(self, updates: int) -> None:
+        """``updates``: the optimizer steps done, this one included."""
+        if self.counted:
+            self.scheduler.step_update(num_updates=updates)
+        elif self.interval == "step" and self.monitor is None:
             self.scheduler.step()
 
-    def after_epoch(self) -> None:
-        if self.interval == "epoch" and self.monitor is None:
+    def after_epoch(self, epochs: int, metrics: Mapping[str, float] | None = None) -> None:
+        """``epochs``: the epochs done, this one included (timm's ``epoch + 1``)."""
+        if self.counted:
+            value = (metrics or {}).get(self.monitor) if self.monitor else None
+            self.scheduler.step(epochs, value)
+        elif self.interval == "epoch" and self.monitor is None:
             self.scheduler.step()
 
     def after_validation(self, metrics: Mapping[str, float]) -> None:
-        if self.monitor is not None:
+        if self.monitor is not None and not self.counted:
             self.scheduler.step(metrics[self.monitor])
 
     def state_dict(self) -> dict:
@@ -115,6 +126,42 @@ class Schedule:
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.scheduler.load_state_dict(state_dict)
+
+
+def step_needs(scheduler: Any) -> list[str]:
+    """The arguments the scheduler's ``step`` cannot do without (no default): none for torch's
+    schedulers, the metric for ``ReduceLROnPlateau``, the epoch for timm's."""
+    try:
+        parameters = inspect.signature(scheduler.step).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: called as torch's are
+        return []
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in parameters if p.kind in plain and p.default is inspect.Parameter.empty]
+
+
+def schedule_of(scheduler: Any, target: str, interval: str, monitor: str | None) -> Schedule:
+    """How a ``_target_`` scheduler is stepped, from what its ``step`` needs; a ``step`` runner cannot
+    call as its library does is refused in one line, before the run writes anything."""
+    needs = step_needs(scheduler)
+    plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    if plateau:
+        return Schedule(scheduler, interval, monitor or "val/loss")
+    if not needs:
+        return Schedule(scheduler, interval, monitor)
+    if len(needs) == 1 and callable(getattr(scheduler, "step_update", None)):
+        if interval != "step":
+            raise ConfigError(
+                f"scheduler.interval={interval}: {target} is stepped as timm's loop steps it (per update "
+                "and per epoch; its t_in_epochs chooses which moves the rate); leave scheduler.interval out"
+            )
+        return Schedule(scheduler, interval, monitor, counted=True)
+    if len(needs) == 1 and monitor is not None:
+        return Schedule(scheduler, interval, monitor)
+    raise ConfigError(
+        f"scheduler._target_={target}: its step() needs {', '.join(needs)}, which runner can give only "
+        "to step(metric) after each validation (set scheduler.monitor, e.g. val/loss) or to timm's "
+        "step(epoch) with step_update(num_updates); a scheduler whose step() takes nothing steps as torch's"
+    )
 
 
 def fill_planned(spec: Mapping[str, Any], planned: Mapping[str, int | None]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from runner.training.batches import (
     logits_of,
     to_device,
 )
+from runner.training.modes import set_apart, start_training
 
 ELEMENTWISE_LOSSES = (nn.MSELoss, nn.L1Loss, nn.SmoothL1Loss, nn.HuberLoss, nn.BCELoss, nn.BCEWithLogitsLoss)
 CLASS_INDEX_LOSSES = (nn.CrossEntropyLoss, nn.NLLLoss)
@@ -268,7 +269,7 @@ def check_loss(probe: Probe) -> Finding:
     """A NaN or Inf loss before any training step: the parameters, the model's outputs or the loss
     itself, named in that order (the first one that is not finite is where it starts)."""
     setup = probe.setup
-    setup.model.train()
+    start_training(setup.model, set_apart(setup.model))  # as the run starts (training/modes.py)
     try:
         result = forward(setup.model, probe.batch, setup.loss_fn, setup.target_key)
     except Exception as error:

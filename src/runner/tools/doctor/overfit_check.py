@@ -9,6 +9,7 @@ import torch
 from runner.tools.doctor.own_step import own_step_overfit
 from runner.tools.doctor.probe import ADVICE_LOSS_FIRST, FAIL, PASS, SKIP, Finding, Probe, value_text
 from runner.training.carried import carried_state_of
+from runner.training.modes import set_apart, start_training
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.step import Learner, train_step
 
@@ -19,7 +20,7 @@ def check_overfit(probe: Probe, steps: int = 100) -> Finding:
     if probe.loss is not None and not probe.loss.requires_grad:
         return Finding(SKIP, "the loss has no gradient; see checks 5 and 6")
     model = copy.deepcopy(setup.model)
-    model.train()
+    start_training(model, set_apart(model))  # as the run starts: a frozen teacher stays in eval()
     model.zero_grad(set_to_none=True)
     optimizer = setup.optimizer_factory(model)
     learner = Learner(model, setup.loss_fn, optimizer, setup.precision, setup.device, False, setup.target_key)
