@@ -36,6 +36,7 @@ from runner.experiment.setup import (
     build_schedule,
     prepare,
 )
+from runner.observe.all_runs_hparams import refresh_all_runs_experiment
 from runner.observe.console import to_log_file
 from runner.observe.hparams import HParamsRecord, hparams_of
 from runner.observe.records import record_split, write_run_record
@@ -236,7 +237,7 @@ def train_in_this_process(
                 record.start()  # a resume's replaces the interrupted run's
                 # A sweep job: the sweep's HParams columns, with its settings; again at its end, after
                 # jobs that started at the same time (parallel launchers) have written their records.
-                refresh_sweep_experiment(run_dir)
+                refresh_hparams_columns(run_dir)
                 # Events past the checkpoint's step belong to the lost future of the interrupted run.
                 events = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
                 if isinstance(logger, Loggers):
@@ -260,7 +261,7 @@ def train_in_this_process(
                     })  # fmt: skip
                 if record is not None and state.stopped_by_signal is None:
                     record.end(ok=True)
-                    refresh_sweep_experiment(run_dir)
+                    refresh_hparams_columns(run_dir)
 
             run = Run(learner, schedule, loaders, settings, callbacks, logger, checkpointer,
                       watch_of(config, run_dir, speed, device, process))  # fmt: skip
@@ -279,13 +280,19 @@ def train_in_this_process(
                 logger.close()
         if record is not None:  # the run had started writing: its records say how it ended
             record.end(ok=False)
-            refresh_sweep_experiment(run_dir)
+            refresh_hparams_columns(run_dir)
             if isinstance(raised, UserError):  # the console gets it in one line; train.log keeps it too
                 to_log_file(logging.ERROR, f"runner: error: {raised}")
         if raised is not error:
             raise raised from error
         raise
     return state
+
+
+def refresh_hparams_columns(run_dir: Path) -> None:
+    """The HParams columns of the sweep the run is a job of, and of every run under ``outputs/``."""
+    refresh_sweep_experiment(run_dir)
+    refresh_all_runs_experiment(run_dir)
 
 
 def check_not_finished(
