@@ -64,6 +64,23 @@ def test_mlflow_and_csv_get_tensorboards_scalars_the_config_and_the_result(train
     assert {tag: as_logged(series) for tag, series in csv_scalars(run_dir).items()} == expected
 
 
+def test_a_resumed_run_continues_its_mlflow_run(train_here):
+    """Resumed for longer (trainer.max_steps=4, then 6), the run logs on into the same MLflow run, which
+    ends finished with every step TensorBoard has; its parameters keep their first values."""
+    run_dir = train_here(*TINY, "logger=[mlflow]")
+    train_here(*TINY, "logger=[mlflow]", "trainer.max_steps=6", f"resume={run_dir}", run_dir=run_dir)
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("runner").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["runner.status"] == "ok"
+    expected = read_scalars(run_dir)
+    assert [step for step, _ in expected["train/loss"]] == [1, 2, 3, 4, 5, 6]
+    logged = mlflow_scalars(client, run.info.run_id, ["train/loss", "val/loss_best"])
+    assert {tag: as_logged(series) for tag, series in logged.items()} == {
+        tag: expected[tag] for tag in logged
+    }
+    assert run.data.params["trainer.max_steps"] == "4"
+
+
 def test_a_resumed_run_drops_the_csv_rows_past_its_checkpoint_as_tensorboard_drops_its_events(train_here):
     """The interrupted run logged steps 4-6 past the checkpoint of step 3; the resumed run logs them
     again: metrics.csv holds each step once, the resumed run's, as TensorBoard shows it."""
