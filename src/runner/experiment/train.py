@@ -4,8 +4,6 @@ Hydra-free (see ``setup.py``): the command line composes the config and hands it
 """
 
 import logging
-import signal
-import statistics
 from contextlib import nullcontext, suppress
 from pathlib import Path
 from typing import Any
@@ -23,10 +21,9 @@ from runner.config.errors import UserError
 from runner.config.schema import RunConfig
 from runner.config.typed import as_dict
 from runner.data.loading import SamplerOrder, StreamPosition, batches_per_epoch
-from runner.experiment.finish import Run, resume_advice, watch_of
+from runner.experiment.finish import Run, report_end, resume_advice, watch_of
 from runner.experiment.lock import refuse_if_held, run_dir_lock
 from runner.experiment.parallel import oom_policy, spread_model
-from runner.experiment.relaunch import resume_command
 from runner.experiment.resume import check_planned_values, check_resume_compatible, check_world_size
 from runner.experiment.runplan import Built, run_plan
 from runner.experiment.setup import (
@@ -345,35 +342,3 @@ def make_checkpointer(
         policy.every_n_steps, policy.every_n_epochs, policy.keep_last, policy.save_best,
         before_save=logger.flush,
     )  # fmt: skip
-
-
-def report_end(
-    state: TrainState, checkpointer: Checkpointer, last: Path | None, run_dir: Path, process: ProcessInfo
-) -> None:
-    if checkpointer.save_seconds:
-        pauses = checkpointer.save_seconds
-        writes = getattr(checkpointer, "write_seconds", None)  # none: written while training paused
-        background = (
-            f", writing took {1000 * statistics.median(writes):.1f} ms (median) in the background"
-            if writes
-            else ""
-        )
-        log.info(
-            "checkpoints: %d saves; training paused %.1f ms per save (median, max %.1f ms)%s",
-            len(pauses), 1000 * statistics.median(pauses), 1000 * max(pauses), background,
-        )  # fmt: skip
-    if state.stopped_by_signal is not None:
-        name = signal.Signals(state.stopped_by_signal).name
-        if not process.is_main:
-            log.warning("stopped by %s at step %d; rank 0 saves the checkpoint", name, state.step)
-            return
-        saved = f"saved {last}" if last else "nothing saved (checkpoint.enabled=false)"
-        log.warning("stopped by %s at step %d; %s", name, state.step, saved)
-        if last:
-            log.warning("resume with: %s", resume_command(run_dir))
-        return
-    if state.stop_reason is not None:
-        log.info("stopped at step %d (epoch %d): %s", state.step, state.epoch, state.stop_reason)
-    metrics = " ".join(f"{name}={value:.4g}" for name, value in state.last_val.items())
-    best = f"{state.best_val:.4g} at step {state.best_val_step}" if state.best_val is not None else "n/a"
-    log.info("done: step=%d epoch=%d %s | best %s", state.step, state.epoch, metrics, best)
