@@ -151,6 +151,27 @@ def test_wandb_offline_gets_tensorboards_scalars_the_config_and_the_result(train
     assert exit_record.exit_code == 0
 
 
+def test_a_sweeps_jobs_are_one_wandb_group_named_after_the_sweep(train_here, tmp_path, monkeypatch):
+    """Two jobs of a sweep (its directory marked by Hydra's multirun.yaml), offline: each is a W&B run
+    named after its job's directory, in the group named after the sweep's directory."""
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    for job, lr in enumerate(["0.001", "0.01"]):
+        train_here(
+            *TINY, f"optimizer.lr={lr}", "logger=[wandb]", "wandb.mode=offline", run_dir=sweep / str(job)
+        )
+    runs = [
+        record.run
+        for job in ("0", "1")
+        for record in wandb_records(sweep / job)
+        if record.WhichOneof("record_type") == "run"
+    ]
+    assert [(run.display_name, run.run_group) for run in runs] == [("0", "sweep"), ("1", "sweep")]
+    assert runs[0].run_id != runs[1].run_id
+
+
 @pytest.mark.parametrize("name", ["mlflow", "wandb"])
 def test_a_tracker_that_is_not_installed_is_refused_in_one_line_and_nothing_is_written(
     name, tmp_path, monkeypatch, capsys
