@@ -324,3 +324,77 @@ def test_a_damaged_job_record_is_left_out_of_the_sweeps_columns(train_here, tmp_
     (sweep / "3").mkdir()
     (sweep / "3" / HPARAMS_FILE).write_bytes(b"\x10" + bytes(11) + b"not an event" + bytes(8))
     assert [info.name for info in sweep_experiment(sweep).hparam_infos] == ["optimizer.lr", "seed"]
+
+
+def runs_of_two_sweeps_and_another_model(train_here, tmp_path: Path) -> Path:
+    """Under ``outputs/`` of the folder runner runs in, as Hydra lays them out: a sweep over
+    optimizer.lr, a sweep over seed, and a single run of a wider model with dropout."""
+    outputs = tmp_path / "outputs"
+    for name, swept in [("a", ["optimizer.lr=0.001", "optimizer.lr=0.01"]), ("b", ["seed=0", "seed=1"])]:
+        sweep = outputs / "multirun" / "2026-12-06" / name
+        sweep.mkdir(parents=True)
+        (sweep / "multirun.yaml").write_text("hydra: {}\n")
+        for job, setting in enumerate(swept):
+            train_here(*TINY, setting, run_dir=sweep / str(job))
+    train_here(*TINY, "model.hidden=[32]", "model.dropout=0.1", run_dir=outputs / "2026-12-06" / "single")
+    return outputs
+
+
+def test_outputs_records_every_runs_settings_the_differing_ones_marked(train_here, tmp_path, monkeypatch):
+    """Two sweeps and a run of another model under outputs/: its record lists every setting, the model,
+    the swept keys of both sweeps marked differing (and listed first), the constants after them."""
+    monkeypatch.chdir(tmp_path)
+    outputs = runs_of_two_sweeps_and_another_model(train_here, tmp_path)
+    experiment = read_experiment(outputs / EXPERIMENT_FILE)
+    infos = {info.name: info for info in experiment.hparam_infos}
+    differing = [name for name, info in infos.items() if info.differs]
+    assert differing == ["model.dropout", "model.hidden", "optimizer.lr", "seed"]
+    assert list(infos)[:4] == differing
+    assert set(infos) == set(hparams_of(as_dict(composed(*TINY)), seed=0))  # the whole config
+    assert list(infos["model.hidden"].domain_discrete) == ["[32]", "[64]"]
+    assert list(infos["seed"].domain_discrete) == ["0", "1"]
+    assert [info.name.tag for info in experiment.metric_infos] == ["val/loss_best", "val/loss", "val/acc"]
+    # The only record under outputs/: with several, TensorBoard would take one at random.
+    assert [path.parent for path in outputs.rglob(EXPERIMENT_FILE)] == [outputs]
+
+
+def read_experiment(path: Path) -> api_pb2.Experiment:
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    from runner.observe.events import read_records
+
+    for record in read_records(path.read_bytes()):
+        for value in Event.FromString(record).summary.value:
+            if value.tag == "_hparams_/experiment":
+                return plugin_data_pb2.HParamsPluginData.FromString(
+                    value.metadata.plugin_data.content
+                ).experiment
+    raise AssertionError(f"no experiment record in {path}")
+
+
+@pytest.mark.slow
+def test_tensorboard_on_outputs_shows_every_runs_differing_settings_side_by_side(
+    train_here, tmp_path, monkeypatch
+):
+    """``tensorboard --logdir outputs`` with two sweeps and a run of another model: the HParams tab's
+    columns are outputs/'s (the model and both sweeps' keys, differing first), not one sweep's, and
+    every run is a row with its values."""
+    monkeypatch.chdir(tmp_path)
+    outputs = runs_of_two_sweeps_and_another_model(train_here, tmp_path)
+    server = TensorBoard(outputs)
+    try:
+        experiment = server.experiment(runs=5)
+        names = [info["name"] for info in experiment["hparamInfos"]]
+        assert names[:4] == ["model.dropout", "model.hidden", "optimizer.lr", "seed"]
+        assert "data.batch_size" in names and "optimizer._target_" in names  # the constants too
+        groups = server.session_groups(["model.hidden", "optimizer.lr", "seed"])
+        rows = sorted(
+            (group["hparams"]["model.hidden"], group["hparams"]["optimizer.lr"], group["hparams"]["seed"])
+            for group in groups
+        )
+        assert rows == [
+            ("[32]", 0.001, "0"), ("[64]", 0.001, "0"), ("[64]", 0.001, "0"), ("[64]", 0.001, "1"),
+            ("[64]", 0.01, "0"),
+        ]  # fmt: skip
+    finally:
+        server.stop()

@@ -34,6 +34,10 @@ class SweepSummary(Callback):
                                         f"report {sweep_dir}"))  # fmt: skip
         log.info("sweep summary (%s):\n%s", sweep_dir / "summary.md", (sweep_dir / "summary.md").read_text())
         failed = [run.name for run in runs if run.status == "failed"]
+        if (sweep_dir / "mlflow_sweep.json").is_file():  # logger=[mlflow]: the sweep's parent run ends
+            from runner.observe.mlflow_tracker import end_sweep_parent
+
+            end_sweep_parent(sweep_dir, failed=bool(failed))
         if failed:
             log.error(
                 "%d of %d jobs failed (jobs %s); see their train.log",

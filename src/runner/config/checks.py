@@ -5,6 +5,7 @@ Each check names the key, the value given and what is allowed, in one line.
 """
 
 import dataclasses
+import importlib.util
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -178,6 +179,7 @@ def validate_config(config: RunConfig) -> None:
         )
     check_scheduler(config.scheduler)
     check_trainable_only(config)
+    check_loggers_installed(config.logger)
     monitors = {
         "checkpoint.monitor": config.checkpoint.monitor,
         "scheduler.monitor": config.scheduler.get("monitor"),
@@ -230,4 +232,20 @@ def check_trainable_only(config: RunConfig) -> None:
             raise ConfigError(
                 f"checkpoint.trainable_only=true with callbacks.{name} (ema): the averages cover every "
                 "weight, the frozen ones too, and are saved whole; leave out one of them"
+            )
+
+
+# The trackers that are optional extras: the module each needs, and the pip command that installs it.
+TRACKER_PACKAGES = {"mlflow": "mlflow", "wandb": "wandb"}
+
+
+def check_loggers_installed(loggers: list[str]) -> None:
+    """A tracker named in ``logger`` whose library is not installed is refused before anything is
+    written (a run that trained for hours would otherwise have lost its tracker at the start)."""
+    for name in loggers:
+        package = TRACKER_PACKAGES.get(name)
+        if package is not None and importlib.util.find_spec(package) is None:
+            raise ConfigError(
+                f"logger=[{','.join(loggers)}]: {name} is not installed; install it with "
+                f'pip install "runner[{name}]" (or pip install {package}), or leave {name} out of logger'
             )

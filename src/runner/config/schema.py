@@ -128,6 +128,37 @@ class ProfileConfig:
     memory: bool = setting(False, rule=BOOLEAN, resume="may_change")
 
 
+# Where a run's numbers go besides TensorBoard's event files (observe/trackers.py).
+LOGGERS = ("tensorboard", "mlflow", "wandb", "csv")
+LOGGER_LIST = Rule(
+    "a list of " + ", ".join(LOGGERS) + ", each at most once, such as [tensorboard,mlflow]",
+    lambda v: isinstance(v, list | tuple) and all(x in LOGGERS for x in v) and len(set(v)) == len(v),
+)
+OPTIONAL_NAME = Rule("a non-empty string, or null", lambda v: v is None or (isinstance(v, str) and v != ""))
+NAME = Rule("a non-empty string", lambda v: isinstance(v, str) and v != "")
+
+
+@dataclass
+class MlflowConfig:
+    # null: a SQLite store in the run's directory (a sweep's jobs: in the sweep's directory); else any
+    # MLflow tracking URI (http://host:5000, sqlite:///path/mlflow.db, databricks).
+    tracking_uri: str | None = setting(None, rule=OPTIONAL_NAME, resume="may_change")
+    experiment: str = setting("runner", rule=NAME, resume="may_change")
+
+
+@dataclass
+class WandbConfig:
+    project: str = setting("runner", rule=NAME, resume="may_change")
+    entity: str | None = setting(None, rule=OPTIONAL_NAME, resume="may_change")
+    # null: W&B's own choice (WANDB_MODE, else online); offline writes the run under the run's directory.
+    mode: str | None = setting(
+        None,
+        rule=Rule("online, offline, disabled, or null (WANDB_MODE, else online)",
+                  lambda v: v is None or v in ("online", "offline", "disabled")),
+        resume="may_change",
+    )  # fmt: skip
+
+
 @dataclass
 class RunConfig:
     device: str = setting(
@@ -257,6 +288,10 @@ class RunConfig:
     # Resume a checkpoint saved by another number of processes (sharded checkpoints are re-sharded):
     # the data order then differs from the interrupted run's.
     resume_reshard: bool = setting(False, rule=BOOLEAN, resume="may_change")
+    # Trackers the run logs to, besides TensorBoard's event files (always written: runner's own record).
+    logger: list[str] = setting(["tensorboard"], rule=LOGGER_LIST, resume="may_change")
+    mlflow: MlflowConfig = setting(MlflowConfig)
+    wandb: WandbConfig = setting(WandbConfig)
 
 
 SETTINGS: dict[str, Setting] = declared_settings(RunConfig)

@@ -1,4 +1,4 @@
-"""The end of a run, however it comes: fit to the end, save ``last.pt``, close the writers.
+"""The end of a run, however it comes: fit to the end, save ``last.pt``, close the writers, say how it ended.
 
 The loop stops at a step boundary for a signal, or for a write that failed in the background (a full
 disk under the event file or a checkpoint): the run then saves that boundary's state if it can, and
@@ -6,6 +6,8 @@ ends with one line naming the file that could not be written and the last good c
 """
 
 import logging
+import signal
+import statistics
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -19,14 +21,21 @@ from runner.experiment.relaunch import resume_command
 from runner.experiment.watch import RunWatch, watch_of
 from runner.observe.writer import MetricLogger
 from runner.training.callbacks import Callbacks
-from runner.training.distributed import any_process
+from runner.training.distributed import ProcessInfo, any_process
 from runner.training.engine import Hooks, Loaders, LoopSettings, fit
 from runner.training.oom import OutOfMemoryStop
 from runner.training.schedules import Schedule
 from runner.training.signals import GracefulStop
 from runner.training.step import Learner
 
-__all__ = ["WRITE_FAILED", "Run", "RunStop", "resume_advice", "watch_of"]  # watch_of: for train.py
+__all__ = [
+    "WRITE_FAILED",
+    "Run",
+    "RunStop",
+    "report_end",
+    "resume_advice",
+    "watch_of",
+]  # watch_of: for train.py
 log = logging.getLogger("runner")
 WRITE_FAILED = 1 << 16  # agreed between processes like a signal number, and above every one
 
@@ -106,3 +115,35 @@ def resume_advice(error: WriteError, last_good: Path | None, run_dir: Path) -> s
         return f"the last good checkpoint is none (start the run again {when})"
     resume = resume_command(run_dir)
     return f"the last good checkpoint is {last_good} (resume with: {resume} {when})"
+
+
+def report_end(
+    state: TrainState, checkpointer: Checkpointer, last: Path | None, run_dir: Path, process: ProcessInfo
+) -> None:
+    if checkpointer.save_seconds:
+        pauses = checkpointer.save_seconds
+        writes = getattr(checkpointer, "write_seconds", None)  # none: written while training paused
+        background = (
+            f", writing took {1000 * statistics.median(writes):.1f} ms (median) in the background"
+            if writes
+            else ""
+        )
+        log.info(
+            "checkpoints: %d saves; training paused %.1f ms per save (median, max %.1f ms)%s",
+            len(pauses), 1000 * statistics.median(pauses), 1000 * max(pauses), background,
+        )  # fmt: skip
+    if state.stopped_by_signal is not None:
+        name = signal.Signals(state.stopped_by_signal).name
+        if not process.is_main:
+            log.warning("stopped by %s at step %d; rank 0 saves the checkpoint", name, state.step)
+            return
+        saved = f"saved {last}" if last else "nothing saved (checkpoint.enabled=false)"
+        log.warning("stopped by %s at step %d; %s", name, state.step, saved)
+        if last:
+            log.warning("resume with: %s", resume_command(run_dir))
+        return
+    if state.stop_reason is not None:
+        log.info("stopped at step %d (epoch %d): %s", state.step, state.epoch, state.stop_reason)
+    metrics = " ".join(f"{name}={value:.4g}" for name, value in state.last_val.items())
+    best = f"{state.best_val:.4g} at step {state.best_val_step}" if state.best_val is not None else "n/a"
+    log.info("done: step=%d epoch=%d %s | best %s", state.step, state.epoch, metrics, best)

@@ -11,6 +11,8 @@ from runner.config.errors import ConfigError
 RUN_FILES = ("run.yaml", "data_split.json", "result.json")
 RUN_FOLDERS = ("checkpoints",)
 EVENTS_PREFIX = "events.out.tfevents."
+# The HParams columns of the runs under a folder (a sweep's, outputs/): a record of runs, not a run.
+COLUMNS_RECORD = "events.out.tfevents.0000000000.experiment"
 
 
 def run_files_in(run_dir: Path) -> list[str]:
@@ -20,7 +22,11 @@ def run_files_in(run_dir: Path) -> list[str]:
     except OSError:
         return []
     folders = [f"{name}/" for name in names if name in RUN_FOLDERS and holds_anything(run_dir / name)]
-    files = [name for name in names if name in RUN_FILES or name.startswith(EVENTS_PREFIX)]
+    files = [
+        name
+        for name in names
+        if name in RUN_FILES or (name.startswith(EVENTS_PREFIX) and name != COLUMNS_RECORD)
+    ]
     return folders + files
 
 

@@ -5,9 +5,7 @@ Hydra-free (see ``setup.py``): the command line composes the config and hands it
 
 import functools
 import logging
-import signal
-import statistics
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +22,9 @@ from runner.config.errors import UserError
 from runner.config.schema import RunConfig
 from runner.config.typed import as_dict
 from runner.data.loading import SamplerOrder, StreamPosition, batches_per_epoch
-from runner.experiment.finish import Run, resume_advice, watch_of
+from runner.experiment.finish import Run, report_end, resume_advice, watch_of
 from runner.experiment.lock import refuse_if_held, run_dir_lock
 from runner.experiment.parallel import oom_policy, spread_model
-from runner.experiment.relaunch import resume_command
 from runner.experiment.resume import check_planned_values, check_resume_compatible, check_world_size
 from runner.experiment.runplan import Built, run_plan
 from runner.experiment.setup import (
@@ -37,10 +34,12 @@ from runner.experiment.setup import (
     build_schedule,
     prepare,
 )
+from runner.observe.all_runs_hparams import refresh_all_runs_experiment
 from runner.observe.console import to_log_file
 from runner.observe.hparams import HParamsRecord, hparams_of
 from runner.observe.records import record_split, write_run_record
 from runner.observe.sweep_hparams import refresh_sweep_experiment
+from runner.observe.trackers import Loggers, open_trackers
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
 from runner.training.carried import NoCarriedState, carried_state_of
@@ -207,7 +206,14 @@ def train_in_this_process(
     record: HParamsRecord | None = None  # rank 0's, once it starts writing
     try:
         with run_dir_lock(run_dir) if process.is_main else nullcontext():
-            if process.is_main:  # only rank 0 writes: records, checkpoints, TensorBoard
+            if process.is_main:  # only rank 0 writes: records, checkpoints, TensorBoard, trackers
+                # First: a tracker that cannot start (no server, no login) refuses the run unwritten.
+                hparams = hparams_of(plain_config, seed)
+                trackers = open_trackers(
+                    config.logger, run_dir, hparams, config, state.step if checkpoint else None
+                )
+                if trackers:  # the event file joins them once it is open
+                    logger = Loggers(NullLogger(), trackers)
                 runtime = {
                     "device": str(device),
                     "precision_requested": precision.requested,
@@ -221,13 +227,17 @@ def train_in_this_process(
                 }
                 write_run_record(run_dir, plain_config, runtime)
                 record_split(run_dir, parts.train_set, parts.val_set, parts.test_set)
-                record = HParamsRecord(run_dir, hparams_of(plain_config, seed))
+                record = HParamsRecord(run_dir, hparams)
                 record.start()  # a resume's replaces the interrupted run's
                 # A sweep job: the sweep's HParams columns, with its settings; again at its end, after
                 # jobs that started at the same time (parallel launchers) have written their records.
-                refresh_sweep_experiment(run_dir)
+                refresh_hparams_columns(run_dir)
                 # Events past the checkpoint's step belong to the lost future of the interrupted run.
-                logger = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
+                events = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
+                if isinstance(logger, Loggers):
+                    logger.main = events
+                else:
+                    logger = events
             # Sharded checkpoints are written by every process; plain ones by rank 0.
             if config.checkpoint.enabled and (process.is_main or config.strategy == "fsdp"):
                 checkpointer = make_checkpointer(config, run_dir, stateful, logger, process, {
@@ -238,9 +248,14 @@ def train_in_this_process(
             logger.log_text("run/plan", plan)
 
             def record_end(state: TrainState) -> None:
+                if isinstance(logger, Loggers):
+                    logger.finish("ok" if state.stopped_by_signal is None else "stopped", {
+                        "monitor": config.checkpoint.monitor, "best": state.best_val,
+                        "best_step": state.best_val_step, "step": state.step,
+                    })  # fmt: skip
                 if record is not None and state.stopped_by_signal is None:
                     record.end(ok=True)
-                    refresh_sweep_experiment(run_dir)
+                    refresh_hparams_columns(run_dir)
 
             run = Run(learner, schedule, loaders, settings, callbacks, logger, checkpointer,
                       watch_of(config, run_dir, speed, device, process))  # fmt: skip
@@ -254,15 +269,24 @@ def train_in_this_process(
         if isinstance(error, WriteError):
             last_good = checkpointer.last_written or (found.path if found else None)
             raised = error.with_advice(resume_advice(error, last_good, run_dir))
+        if isinstance(logger, Loggers):  # the trackers' runs end as failed, if not ended yet
+            with suppress(Exception):  # the event file's error is the one raised (below) already
+                logger.close()
         if record is not None:  # the run had started writing: its records say how it ended
             record.end(ok=False)
-            refresh_sweep_experiment(run_dir)
+            refresh_hparams_columns(run_dir)
             if isinstance(raised, UserError):  # the console gets it in one line; train.log keeps it too
                 to_log_file(logging.ERROR, f"runner: error: {raised}")
         if raised is not error:
             raise raised from error
         raise
     return state
+
+
+def refresh_hparams_columns(run_dir: Path) -> None:
+    """The HParams columns of the sweep the run is a job of, and of every run under ``outputs/``."""
+    refresh_sweep_experiment(run_dir)
+    refresh_all_runs_experiment(run_dir)
 
 
 def check_not_finished(
@@ -315,35 +339,3 @@ def make_checkpointer(
         policy.every_n_steps, policy.every_n_epochs, policy.keep_last, policy.save_best,
         before_save=logger.flush,
     )  # fmt: skip
-
-
-def report_end(
-    state: TrainState, checkpointer: Checkpointer, last: Path | None, run_dir: Path, process: ProcessInfo
-) -> None:
-    if checkpointer.save_seconds:
-        pauses = checkpointer.save_seconds
-        writes = getattr(checkpointer, "write_seconds", None)  # none: written while training paused
-        background = (
-            f", writing took {1000 * statistics.median(writes):.1f} ms (median) in the background"
-            if writes
-            else ""
-        )
-        log.info(
-            "checkpoints: %d saves; training paused %.1f ms per save (median, max %.1f ms)%s",
-            len(pauses), 1000 * statistics.median(pauses), 1000 * max(pauses), background,
-        )  # fmt: skip
-    if state.stopped_by_signal is not None:
-        name = signal.Signals(state.stopped_by_signal).name
-        if not process.is_main:
-            log.warning("stopped by %s at step %d; rank 0 saves the checkpoint", name, state.step)
-            return
-        saved = f"saved {last}" if last else "nothing saved (checkpoint.enabled=false)"
-        log.warning("stopped by %s at step %d; %s", name, state.step, saved)
-        if last:
-            log.warning("resume with: %s", resume_command(run_dir))
-        return
-    if state.stop_reason is not None:
-        log.info("stopped at step %d (epoch %d): %s", state.step, state.epoch, state.stop_reason)
-    metrics = " ".join(f"{name}={value:.4g}" for name, value in state.last_val.items())
-    best = f"{state.best_val:.4g} at step {state.best_val_step}" if state.best_val is not None else "n/a"
-    log.info("done: step=%d epoch=%d %s | best %s", state.step, state.epoch, metrics, best)

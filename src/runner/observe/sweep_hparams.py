@@ -1,5 +1,5 @@
-"""A sweep's HParams tab opens on its objective: the sweep directory holds an "experiment" record
-that names the columns, rewritten whenever one of its jobs starts or ends (a resumed job too).
+"""The HParams tab of a sweep kept outside ``outputs/`` opens on its objective: the sweep directory holds
+an "experiment" record that names the columns, rewritten whenever one of its jobs starts or ends.
 
 Without one, TensorBoard lists every setting of the runs (sorted by name, differing ones first) and
 every scalar as a metric (sorted by name: ``train/`` before ``val/``), and its HParams
@@ -8,8 +8,9 @@ settings that differ between the sweep's jobs (all ticked, their values' range a
 compute it) and the validation metrics, ``val/<monitor>_best`` first, then the monitored metric, then
 the others. The jobs' own records keep their whole config.
 
-TensorBoard takes one experiment record per logdir: opened on a sweep's directory, the tab shows that
-sweep; opened on ``outputs/`` with several sweeps, the columns are those of one of them.
+TensorBoard takes one experiment record per logdir (one at random where there are several), so a sweep
+under ``outputs/`` writes none: ``outputs/`` holds the one record of every run under it
+(``all_runs_hparams``). A sweep elsewhere (``hydra.sweep.dir=...``) holds its own.
 """
 
 import logging
@@ -30,6 +31,14 @@ log = logging.getLogger("runner")
 EXPERIMENT_FILE = "events.out.tfevents.0000000000.experiment"
 EXPERIMENT_TAG = "_hparams_/experiment"  # TensorBoard's name
 SWEEP_MARK = "multirun.yaml"  # Hydra writes it into a sweep's directory before the first job starts
+RUNS_FOLDER = "outputs"  # where runner puts runs: hydra.run.dir's and hydra.sweep.dir's default
+
+
+def runs_folder_of(run_dir: Path) -> Path | None:
+    """``outputs/`` of the folder runner was started in, if ``run_dir`` is under it."""
+    folder = (Path.cwd() / RUNS_FOLDER).resolve()
+    run = run_dir.resolve()
+    return folder if run != folder and run.is_relative_to(folder) else None
 
 
 def session_hparams(run_dir: Path) -> dict[str, Value]:
@@ -53,11 +62,16 @@ def _kind(value: Value) -> str:
 def differing_hparam(name: str, values: list[Value], missing: bool) -> api_pb2.HParamInfo | None:
     """The column of a setting whose values differ between the jobs (or that some jobs lack), typed
     and bounded as TensorBoard types and bounds it; ``None`` for a constant."""
+    info = hparam_column(name, values, missing)
+    return info if info.differs else None
+
+
+def hparam_column(name: str, values: list[Value], missing: bool) -> api_pb2.HParamInfo:
+    """A setting's column, typed and bounded as TensorBoard types and bounds it, marked ``differs``
+    where its values differ between the runs (or some runs lack it)."""
     kinds = {_kind(value) for value in values}
     shown = {value.SerializeToString(deterministic=True) for value in values}
-    if len(shown) < 2 and not missing:
-        return None
-    info = api_pb2.HParamInfo(name=name, differs=True)
+    info = api_pb2.HParamInfo(name=name, differs=len(shown) > 1 or missing)
     if kinds == {"number_value"}:
         numbers = [value.number_value for value in values]
         info.type = api_pb2.DATA_TYPE_FLOAT64
@@ -105,7 +119,7 @@ def refresh_sweep_experiment(run_dir: Path) -> None:
     """Rewrite the experiment record of the sweep ``run_dir`` is a job of (nothing for a run outside a
     sweep). A refused write is a warning: the tab falls back to TensorBoard's own columns."""
     sweep_dir = run_dir.resolve().parent
-    if not (sweep_dir / SWEEP_MARK).is_file():
+    if not (sweep_dir / SWEEP_MARK).is_file() or runs_folder_of(sweep_dir) is not None:
         return
     path = sweep_dir / EXPERIMENT_FILE
     try:

@@ -1,0 +1,158 @@
+"""``logger=[mlflow]``: the run as an MLflow run, through MLflow's public client (``MlflowClient``).
+
+Where: ``mlflow.tracking_uri``, or by default a SQLite store (``mlflow.db``, artifacts in
+``mlartifacts/``) in the run's directory, or in the sweep's directory for a sweep's jobs:
+``mlflow ui --backend-store-uri sqlite:///<dir>/mlflow.db`` shows it. A sweep is one parent run (named
+after the sweep's directory) with a child run per job (MLflow's nested runs); the sweep's process
+marks the parent finished when the last job has ended (``end_sweep_parent``).
+
+The run gets the whole config as parameters (flattened, ``optimizer.lr``), every scalar the event file
+gets at the same step, the run plan as ``run_plan.txt``, and at its end its status and the monitored
+metric's best value and step as tags. A resumed run continues the same MLflow run: MLflow keeps every
+point, so one the interrupted run logged past its checkpoint stays beside the resumed run's.
+"""
+
+import fcntl
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
+from mlflow.exceptions import MlflowException
+
+from runner.checkpoint.durable import write_text
+from runner.config.errors import UserError
+
+log = logging.getLogger("runner")
+STORE_FILE, ARTIFACTS_DIR = "mlflow.db", "mlartifacts"
+SWEEP_PARENT_FILE = "mlflow_sweep.json"  # in a sweep's directory: its parent run, and where it is
+SWEEP_TAG = "runner.sweep_dir"
+STATUSES = {"ok": "FINISHED", "failed": "FAILED", "stopped": "KILLED"}
+MAX_VALUE = 6000  # MLflow's limit on a parameter's value
+
+
+def local_store(home: Path) -> str:
+    return f"sqlite:///{(home / STORE_FILE).resolve()}"
+
+
+@contextmanager
+def sweep_lock(sweep_dir: Path | None) -> Iterator[None]:
+    """Jobs that start at the same time (the joblib launcher) create the store and the parent once."""
+    if sweep_dir is None:
+        yield
+        return
+    with open(sweep_dir / ".mlflow.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def experiment_id_of(client: MlflowClient, name: str, artifacts: Path | None) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    location = artifacts.resolve().as_uri() if artifacts is not None else None
+    return client.create_experiment(name, artifact_location=location)
+
+
+def sweep_parent(client: MlflowClient, experiment_id: str, sweep_dir: Path, uri: str) -> str:
+    """The id of the sweep's parent run: made by the sweep's first job, found by the others (and by a
+    resumed sweep's) in ``mlflow_sweep.json``."""
+    path = sweep_dir / SWEEP_PARENT_FILE
+    try:
+        recorded = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        recorded = {}
+    if recorded.get("tracking_uri") == uri and recorded.get("experiment_id") == experiment_id:
+        client.update_run(recorded["run_id"], status="RUNNING")
+        return recorded["run_id"]
+    parent = client.create_run(
+        experiment_id, run_name=sweep_dir.name, tags={SWEEP_TAG: str(sweep_dir.resolve())}
+    )
+    write_text(path, json.dumps({"tracking_uri": uri, "experiment_id": experiment_id,
+                                 "run_id": parent.info.run_id}, indent=2))  # fmt: skip
+    return parent.info.run_id
+
+
+def params_of(hparams: Mapping[str, float | str | bool]) -> dict[str, str]:
+    return {key: (str(value).lower() if isinstance(value, bool) else str(value))[:MAX_VALUE]
+            for key, value in hparams.items()}  # fmt: skip
+
+
+class MlflowTracker:
+    name = "mlflow"
+
+    def __init__(self, start: Any) -> None:
+        settings, sweep_dir = start.settings, start.sweep_dir
+        home = sweep_dir or start.run_dir
+        uri = settings.tracking_uri or local_store(home)
+        self.client = MlflowClient(tracking_uri=uri)
+        try:
+            with sweep_lock(sweep_dir) if settings.tracking_uri is None else nullcontext():
+                artifacts = home / ARTIFACTS_DIR if settings.tracking_uri is None else None
+                experiment_id = experiment_id_of(self.client, settings.experiment, artifacts)
+                parent = sweep_parent(self.client, experiment_id, sweep_dir, uri) if sweep_dir else None
+            self.run_id = self._run(start, experiment_id, parent, uri)
+            self._log_params(params_of(start.hparams))
+        except MlflowException as error:
+            raise UserError(
+                f"logger=mlflow: cannot start an MLflow run at mlflow.tracking_uri={uri}: "
+                f"{str(error).splitlines()[0]}"
+            ) from None
+        self.uri, self.parent = uri, parent
+        self.record = {"tracking_uri": uri, "experiment_id": experiment_id, "run_id": self.run_id}
+        log.info("mlflow: run %s in experiment %s at %s", self.run_id, settings.experiment, uri)
+
+    def _run(self, start: Any, experiment_id: str, parent: str | None, uri: str) -> str:
+        earlier = start.earlier
+        if earlier.get("tracking_uri") == uri and earlier.get("run_id"):
+            self.client.update_run(earlier["run_id"], status="RUNNING")
+            return earlier["run_id"]
+        tags = {"runner.run_dir": str(start.run_dir.resolve())}
+        if parent is not None:
+            tags["mlflow.parentRunId"] = parent  # MLflow's tag for a nested run
+        return self.client.create_run(experiment_id, run_name=start.run_dir.name, tags=tags).info.run_id
+
+    def _log_params(self, params: dict[str, str]) -> None:
+        """A resumed run keeps the values it was logged with (MLflow refuses to change one); the run's
+        ``run.yaml`` says what the resume changed."""
+        logged = self.client.get_run(self.run_id).data.params
+        new = [Param(key, value) for key, value in params.items() if key not in logged]
+        for at in range(0, len(new), 100):  # MLflow takes at most 100 per batch
+            self.client.log_batch(self.run_id, params=new[at : at + 100])
+
+    def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+        now = int(time.time() * 1000)
+        metrics = [Metric(tag, float(value), now, step) for tag, value in scalars.items()]
+        self.client.log_batch(self.run_id, metrics=metrics)
+
+    def log_text(self, tag: str, text: str) -> None:
+        self.client.log_text(self.run_id, text, f"{tag.replace('/', '_')}.txt")
+
+    def finish(self, status: str, result: Mapping[str, Any]) -> None:
+        for key in ("monitor", "best", "best_step"):
+            if result.get(key) is not None:
+                self.client.set_tag(self.run_id, f"runner.{key}", str(result[key]))
+        self.client.set_tag(self.run_id, "runner.status", status)
+        self.client.set_terminated(self.run_id, STATUSES.get(status, "FINISHED"))
+
+    def close(self) -> None:
+        pass
+
+
+def end_sweep_parent(sweep_dir: Path, failed: bool) -> None:
+    """Mark a sweep's parent run finished (or failed), once its jobs have ended."""
+    path = sweep_dir / SWEEP_PARENT_FILE
+    try:
+        recorded = json.loads(path.read_text())
+        client = MlflowClient(tracking_uri=recorded["tracking_uri"])
+        client.set_terminated(recorded["run_id"], "FAILED" if failed else "FINISHED")
+    except (OSError, ValueError, KeyError, MlflowException) as error:
+        log.warning("could not mark the sweep's MLflow parent run finished: %s", error)

@@ -1,0 +1,181 @@
+"""Experiment trackers beside TensorBoard (``logger=[tensorboard,mlflow,wandb,csv]``).
+
+TensorBoard's event files are always written: they are runner's own record of a run (``runner report``,
+sweep summaries and ``runner doctor`` read them). Each tracker the config names gets the same calls the
+event file gets, the same scalars at the same steps, handed over to one writer thread, so a slow tracker
+(a server across the network) costs the training loop a queue put. ``flush`` (before every checkpoint
+save, and at the end) waits until every tracker has them.
+
+A tracker that fails (a server that went away) is dropped with one warning: the run goes on, and its
+numbers are still in the event file. Which tracker run a run directory logs to is kept in
+``trackers.json`` beside it, so a resumed run continues the same one.
+"""
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from runner.checkpoint.durable import write_text, writing
+from runner.observe.writer import MetricLogger
+
+log = logging.getLogger("runner")
+TRACKERS_FILE = "trackers.json"
+SWEEP_MARK = "multirun.yaml"  # Hydra writes it into a sweep's directory before the first job starts
+
+
+class Tracker(Protocol):
+    """One experiment tracker's run: what the loop logs, and how the run ended."""
+
+    name: str
+
+    def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None: ...
+    def log_text(self, tag: str, text: str) -> None: ...
+    def finish(self, status: str, result: Mapping[str, Any]) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class TrackerStart:
+    """What a tracker is opened with: where the run writes, its settings, and whether it continues."""
+
+    run_dir: Path
+    hparams: dict[str, float | str | bool]  # the whole config, flattened (hparams.hparams_of)
+    settings: Any  # the config's section of the tracker (config.mlflow, config.wandb), or None
+    resumed_at: int | None  # the checkpoint's step a resumed run continues from; None for a new run
+    earlier: dict[str, Any]  # what this run directory's trackers.json says of the tracker
+
+    @property
+    def sweep_dir(self) -> Path | None:
+        """The sweep directory of a sweep's job; None for a single run."""
+        parent = self.run_dir.resolve().parent
+        return parent if (parent / SWEEP_MARK).is_file() else None
+
+
+def recorded_trackers(run_dir: Path) -> dict[str, Any]:
+    """This run directory's ``trackers.json``: each tracker's run id (and where it is); empty if none."""
+    path = run_dir / TRACKERS_FILE
+    try:
+        recorded = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
+def open_trackers(
+    names: list[str], run_dir: Path, hparams: dict[str, float | str | bool], settings: Any,
+    resumed_at: int | None,
+) -> list[Tracker]:  # fmt: skip
+    """The trackers ``names`` asks for besides TensorBoard, each with its run started (or continued)
+    and the config logged. A tracker that cannot start is a ``UserError`` naming it: before training."""
+    earlier = recorded_trackers(run_dir) if resumed_at is not None else {}
+    opened: list[Tracker] = []
+    try:
+        for name in names:
+            if name == "tensorboard":
+                continue
+            section = getattr(settings, name, None)
+            start = TrackerStart(run_dir, hparams, section, resumed_at, earlier.get(name, {}))
+            opened.append(OPENERS[name]()(start))
+    except BaseException:
+        for tracker in opened:
+            tracker.close()
+        raise
+    ids = {tracker.name: getattr(tracker, "record", {}) for tracker in opened}
+    if ids:
+        with writing(run_dir / TRACKERS_FILE):
+            write_text(run_dir / TRACKERS_FILE, json.dumps({**earlier, **ids}, indent=2))
+    return opened
+
+
+def _mlflow() -> Callable[[TrackerStart], Tracker]:
+    from runner.observe.mlflow_tracker import MlflowTracker
+
+    return MlflowTracker
+
+
+def _wandb() -> Callable[[TrackerStart], Tracker]:
+    from runner.observe.wandb_tracker import WandbTracker
+
+    return WandbTracker
+
+
+def _csv() -> Callable[[TrackerStart], Tracker]:
+    from runner.observe.csv_tracker import CsvTracker
+
+    return CsvTracker
+
+
+# Imported only when named: mlflow's import alone takes about a second.
+OPENERS: dict[str, Callable[[], Callable[[TrackerStart], Tracker]]] = {
+    "mlflow": _mlflow,
+    "wandb": _wandb,
+    "csv": _csv,
+}
+
+
+class Loggers:
+    """A :class:`MetricLogger` that writes the event file (``main``) and hands every call on to the
+    trackers, in order, on one thread of their own."""
+
+    def __init__(self, main: MetricLogger, trackers: list[Tracker]) -> None:
+        self.main, self.trackers = main, list(trackers)
+        self._calls: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="trackers", daemon=True)
+        self._thread.start()
+        self._closed = self._finished = False
+
+    @property
+    def error(self) -> BaseException | None:  # the event file's: a run stops only for its own record
+        return self.main.error
+
+    def _run(self) -> None:
+        while (call := self._calls.get()) is not None:
+            method, args = call
+            for tracker in list(self.trackers):
+                try:
+                    getattr(tracker, method)(*args)
+                except Exception as error:
+                    self.trackers.remove(tracker)
+                    log.warning(
+                        "logger %s failed and is left out for the rest of the run (its numbers are in "
+                        "TensorBoard's event files): %s: %s", tracker.name, type(error).__name__, error,
+                    )  # fmt: skip
+            self._calls.task_done()
+        self._calls.task_done()
+
+    def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+        self.main.log_scalars(step, scalars)
+        self._calls.put(("log_scalars", (step, dict(scalars))))
+
+    def log_text(self, tag: str, text: str) -> None:
+        self.main.log_text(tag, text)
+        self._calls.put(("log_text", (tag, text)))
+
+    def finish(self, status: str, result: Mapping[str, Any]) -> None:
+        """How the run ended (``ok``, ``failed``, ``stopped``: to be resumed) and its result: the
+        monitored metric's best value and step. Once: later calls do nothing."""
+        if self._finished or self._closed:
+            return
+        self._finished = True
+        self._calls.put(("finish", (status, dict(result))))
+        self.flush()
+
+    def flush(self) -> None:
+        self.main.flush()
+        self._calls.join()
+
+    def close(self) -> None:
+        """The trackers' runs closed (as failed, if the run did not say how it ended), then the event
+        file (which raises a write that failed)."""
+        if not self._closed:
+            self.finish("failed", {})
+            self._closed = True
+            self._calls.put(("close", ()))
+            self._calls.put(None)
+            self._thread.join()
+        self.main.close()
