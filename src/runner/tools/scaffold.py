@@ -2,8 +2,11 @@
 learn, their config groups, a ``pyproject.toml`` that declares the package and runner's settings for
 the project (``[tool.runner]``: how runner finds it from any folder below), a README and a test."""
 
+import contextlib
 import keyword
 import re
+import secrets
+import shutil
 from pathlib import Path
 
 from runner.config.errors import ConfigError
@@ -156,16 +159,34 @@ def files_of(name: str, package: str) -> dict[str, str]:
 
 
 def create_project(folder: Path) -> list[Path]:
-    """Write the project into ``folder``, which must not exist or be empty; the files written."""
+    """Write the project into ``folder``, which must not exist or be empty; the files written. They are
+    written into a folder of their own beside it, renamed to ``folder`` once all are whole: a write that
+    fails (a full disk) leaves nothing behind, and the same command can run again."""
     name = folder.name
     package = package_name(name)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         what = "a file" if not folder.is_dir() else "a folder that is not empty"
         raise ConfigError(f"init {folder}: it is {what}; give a new name (runner init NAME)")
-    written = []
-    for relative, text in files_of(name, package).items():
-        path = folder / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        written.append(path)
-    return written
+    made = [parent for parent in reversed(folder.absolute().parents) if not parent.exists()]
+    temporary = folder.with_name(f".{name}.init-{secrets.token_hex(4)}")
+    relative = Path()
+    try:
+        for parent in made:
+            parent.mkdir()
+        temporary.mkdir()
+        for relative_name, text in files_of(name, package).items():
+            relative = Path(relative_name)
+            (temporary / relative).parent.mkdir(parents=True, exist_ok=True)
+            (temporary / relative).write_text(text)
+        relative = Path()
+        temporary.rename(folder)  # onto an empty folder too
+    except OSError as error:
+        shutil.rmtree(temporary, ignore_errors=True)
+        for parent in reversed(made):
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+        raise ConfigError(
+            f"init {folder}: cannot write {folder / relative}: {error.strerror}; nothing was left behind: "
+            "free space (or make the place writable) and run it again"
+        ) from None
+    return [folder / relative_name for relative_name in files_of(name, package)]
