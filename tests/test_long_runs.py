@@ -2,6 +2,7 @@
 itself, and two torchrun agents joined by a c10d rendezvous (two "nodes") train as one group."""
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -62,3 +63,39 @@ def test_a_restarted_group_continues_its_run_exactly_and_two_agents_train_as_one
     for name, tensor in one_group["model_state_dict"].items():
         assert torch.equal(continued["model_state_dict"][name], tensor), name
     assert read_scalars(run_dir)["train/loss"] == read_scalars(tmp_path / "nodes")["train/loss"]
+
+
+def test_a_restarted_single_process_continues_its_run_exactly_in_its_folder_or_the_one_named(tmp_path):
+    """torchrun with one process has no process group: its restart still continues the first start's
+    folder (found in the agent store, or the one hydra.run.dir names: not refused as a run already
+    there) from step 4, and ends as the same run that nothing interrupted, bit for bit."""
+    alone = [*TORCHRUN, "--standalone", "--nproc-per-node=1", "--max-restarts=1", "-m", "runner", "train",
+             *RUN, "+callbacks.kill.rank=0"]  # fmt: skip
+    found = subprocess.run(alone, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=400)
+    assert found.returncode == 0, found.stderr[-3000:]
+    (run_dir,) = (tmp_path / "outputs").glob("*/*")  # one run folder: the restart went on in it
+    named = tmp_path / "named"
+    given = subprocess.run([*alone, f"hydra.run.dir={named}"], cwd=tmp_path, env=ENV, capture_output=True,
+                           text=True, timeout=400)  # fmt: skip
+    assert given.returncode == 0, given.stderr[-3000:]
+    # The killed process writes the checkpoints, in the background: step 4's may not have been done.
+    said = r"from its newest checkpoint \(step [24]\); the interrupted attempt had logged step \d: \d steps? "
+    for restarted, folder in ((found, run_dir), (given, named)):
+        line = next(line for line in restarted.stderr.splitlines() if "torchrun restart" in line)
+        assert re.fullmatch(
+            re.escape(f"runner: torchrun restart 1 (of --max-restarts=1): continuing the run in {folder} ")
+            + said
+            + "redone",
+            line,
+        ), line
+    plain = tmp_path / "plain"
+    uninterrupted = subprocess.run(
+        [sys.executable, "-m", "runner", "train", *RUN, "+callbacks.kill.at=-1", f"hydra.run.dir={plain}"],
+        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+    for folder in (run_dir, named):
+        assert last(folder)["global_step"] == 10
+        for name, tensor in last(plain)["model_state_dict"].items():
+            assert torch.equal(last(folder)["model_state_dict"][name], tensor), (folder, name)
+        assert read_scalars(folder)["train/loss"] == read_scalars(plain)["train/loss"]

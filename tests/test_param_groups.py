@@ -120,3 +120,41 @@ def test_freezing_every_parameter_is_refused_by_the_freeze_key():
         ConfigError, match=r"^freeze=\[\*\]: it freezes every parameter of the model \(8 tensors\)"
     ):
         freeze_parameters(net(), ["*"])
+
+
+class Tied(nn.Module):
+    """``b.weight`` is ``a.weight`` (as an output layer shares its embedding): ``named_parameters()``
+    names that tensor ``a.weight`` only."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.b.weight = self.a.weight
+
+
+def test_a_tied_weight_is_frozen_and_grouped_by_either_of_its_names():
+    model = Tied()
+    assert freeze_parameters(model, ["b.*"]) == 2  # the tied weight and b.bias
+    assert (
+        not model.b.weight.requires_grad and not model.a.weight.requires_grad and model.a.bias.requires_grad
+    )
+    model = Tied()
+    assert freeze_parameters(model, ["b.weight"]) == 1 and not model.a.weight.requires_grad
+    model = Tied()
+    groups = named_groups(model, [{"params": "b.*", "lr": 0.5, "name": "head"}],
+                          no_decay_split(model, None, is_norm_layer))  # fmt: skip
+    assert {group["name"]: names_of(model, group) for group in groups} == {
+        "head": ["a.weight", "b.bias"],
+        "rest": ["a.bias"],
+    }
+
+
+def test_a_group_named_rest_is_refused_as_runners_own_groups_name():
+    """runner's group of the parameters no group takes is rest (train/lr/rest): one named so by the
+    config would log its rate over it."""
+    with pytest.raises(ConfigError) as refused:
+        optimizer_for("+optimizer.param_groups=[{name: rest, params: '1.*', lr: 0.5}]")
+    assert str(refused.value) == (
+        "optimizer.param_groups[0].name=rest: rest is runner's group of the parameters no group takes (its "
+        "rate is logged as train/lr/rest); give this group another name"
+    )

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import composed, run_cli
+from test_one_line_errors import one_error_line, run_limited
 
 from runner.cli.config_folder_hint import check_same_project, folder_hint
 from runner.cli.main import main
 from runner.config.errors import ConfigError
 from runner.config.project import find_project
-from runner.tools.scaffold import create_project
+from runner.tools.scaffold import create_project, files_of
 
 WAVE = """
 import math
@@ -106,6 +107,31 @@ def test_init_writes_a_project_and_refuses_a_folder_that_is_not_empty(tmp_path, 
     assert stop.value.code == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "it is a folder that is not empty" in error
+
+
+def made_files(folder: Path) -> list[Path]:
+    return [path for path in folder.rglob("*") if path.is_file()]
+
+
+@pytest.mark.slow
+def test_init_on_a_full_disk_leaves_nothing_behind_and_the_same_command_then_works(tmp_path):
+    """``ulimit -f 0`` (the kernel refuses to grow a file, as a full disk does): one line, no folder or
+    half-written file left (which would make the retry refuse a folder that is not empty)."""
+    for place in (tmp_path / "new", tmp_path / "empty"):
+        (place / "lab" if place.name == "empty" else place).mkdir(parents=True)
+        line = one_error_line(run_limited(0, "init", "lab", cwd=place))
+        assert line == (
+            f"runner: error: init lab: cannot write {Path('lab', 'pyproject.toml')}: File too large; nothing "
+            "was left behind: free space (or make the place writable) and run it again"
+        )
+        assert [path.relative_to(place) for path in place.rglob("*")] == (
+            [Path("lab")] if place.name == "empty" else []
+        )
+        made = run_cli("init", "lab", cwd=place)
+        assert made.returncode == 0, made.stderr
+        assert {
+            str(path.relative_to(place / "lab")): path.read_text() for path in made_files(place / "lab")
+        } == (files_of("lab", "lab"))
 
 
 def test_a_data_config_sets_the_default_metrics_and_the_command_line_still_chooses():

@@ -6,7 +6,7 @@ line prints it), never as a Hydra traceback; an error in the user's own code kee
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +27,7 @@ class TrainResult:
     final: dict[str, float] = field(default_factory=dict)  # the last validation's metrics
 
 
-def train(overrides: Sequence[str] = (), project: str | os.PathLike | None = None) -> TrainResult:
+def train(overrides: Iterable[str] = (), project: str | os.PathLike | None = None) -> TrainResult:
     """Train once in this process with the command line's config, checks and run directory:
     ``runner.train(["optimizer.lr=0.01", "trainer.max_epochs=3"])`` is ``python -m runner train
     optimizer.lr=0.01 trainer.max_epochs=3``. ``project``: the folder of a project (default: the
@@ -66,16 +66,23 @@ def load_model(
         return load_trained_model(Path(path), hydra.utils.instantiate, trusted | set(allow_targets), device)
 
 
-def checked_overrides(overrides: Sequence[str]) -> list[str]:
-    if isinstance(overrides, str) or not all(isinstance(item, str) for item in overrides):
+def checked_overrides(overrides: Iterable[str]) -> list[str]:
+    """Any iterable of strings (a list, a tuple, a generator: read once, here); a string, a mapping or
+    anything else is refused rather than read as something it is not."""
+    given = (
+        list(overrides)
+        if isinstance(overrides, Iterable) and not isinstance(overrides, str | bytes | Mapping)
+        else None
+    )
+    if given is None or not all(isinstance(item, str) for item in given):
         raise ConfigError(
-            "runner.train takes a list of overrides as strings, e.g. ['optimizer.lr=0.01']; "
-            f"got {overrides!r}"
+            "runner.train takes the overrides as strings (a list, a tuple or any iterable of them), e.g. "
+            f"['optimizer.lr=0.01']; got {overrides if given is None else given!r}"
         )
-    sweep = [item for item in overrides if item in ("-m", "--multirun")]
+    sweep = [item for item in given if item in ("-m", "--multirun")]
     if sweep:
         raise ConfigError(f"{sweep[0]}: runner.train runs one training; sweep with python -m runner train -m")
-    return list(overrides)
+    return given
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from runner.cli.fresh_run_dir import check_new_run_dir
 from runner.cli.hydra_app import check_command_line, run_hydra, trusted_targets
 from runner.cli.resume_line import with_resume
 from runner.cli.submitit_tasks import submitit_tasks_as_ranks
-from runner.cli.torchrun import under_torchrun
+from runner.cli.torchrun import alone_under_torchrun, under_torchrun
 from runner.config.errors import UserError
 from runner.experiment.job_facts import Invocation, Job
 from runner.experiment.sweep_stop import SweepStop
@@ -89,8 +89,7 @@ def main_train(arguments: list[str]) -> None:
         # What this command line names, before a run directory's record is added to it (a resume's).
         trusted = trusted_targets(command_line) if command_line.last("resume") is not None else set()
         command_line, found = with_resume(command_line, trusted)
-        if distributed:
-            command_line = under_torchrun(command_line)
+        command_line = under_torchrun(command_line) if distributed else alone_under_torchrun(command_line)
         check_new_run_dir(command_line)
         # A directory the command line names may exist (a resume's, one a scheduler reruns in): a
         # refused run leaves it as it was.

@@ -2,7 +2,9 @@
 names: ``requires_grad=False``, left out of the optimizer) and ``optimizer.param_groups`` (each group
 takes the parameters its patterns match, first group first, with its own optimizer arguments; the
 rest keep the optimizer's). A pattern that matches nothing is a one-line error naming the closest
-parameter names: a typo never silently trains the wrong part."""
+parameter names: a typo never silently trains the wrong part. A weight tied to another (one tensor
+under two names, such as an embedding and the output layer that shares it) is matched by either name:
+``freeze=[head.*]`` freezes a ``head.weight`` tied to ``embed.weight``, as it is one tensor."""
 
 import difflib
 import fnmatch
@@ -16,6 +18,7 @@ from runner.config.errors import ConfigError, show
 from runner.config.schema import SETTINGS
 
 NamedParameters = list[tuple[str, torch.nn.Parameter]]
+REST = "rest"  # the group of the parameters no group of the config takes
 
 
 def as_patterns(value: str | Sequence[str]) -> list[str]:
@@ -52,19 +55,27 @@ def matching(key: str, patterns: Iterable[str], names: Sequence[str]) -> Callabl
     return lambda name: any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
+def every_name(model: torch.nn.Module) -> NamedParameters:
+    """Each parameter under each of its names: a tied weight once per module that holds it
+    (``named_parameters()`` names it only by the first)."""
+    return list(model.named_parameters(remove_duplicate=False))
+
+
 def freeze_parameters(model: torch.nn.Module, patterns: Sequence[str]) -> int:
-    """``freeze``: every matched parameter gets ``requires_grad=False``; returns how many tensors."""
+    """``freeze``: every parameter matched by one of its names gets ``requires_grad=False``; returns how
+    many tensors."""
     if not patterns:
         return 0
-    named = list(model.named_parameters())
+    named = every_name(model)
     frozen = matching("freeze", patterns, [name for name, _ in named])
-    chosen = [parameter for name, parameter in named if frozen(name)]
-    if len(chosen) == len(named):  # else the optimizer's "empty parameter list", naming neither
+    chosen = {id(parameter): parameter for name, parameter in named if frozen(name)}
+    tensors = len({id(parameter) for _, parameter in named})
+    if len(chosen) == tensors:  # else the optimizer's "empty parameter list", naming neither
         raise ConfigError(
-            f"freeze=[{', '.join(patterns)}]: it freezes every parameter of the model ({len(named)} tensors) "
+            f"freeze=[{', '.join(patterns)}]: it freezes every parameter of the model ({tensors} tensors) "
             "and nothing would train; freeze the parts that stay fixed, such as [backbone.0.*]"
         )
-    for parameter in chosen:
+    for parameter in chosen.values():
         parameter.requires_grad_(False)
     return len(chosen)
 
@@ -81,7 +92,8 @@ def named_groups(
     the optimizer's own (``rest``). ``split`` divides a group's parameters (``no_decay``: into a decay and
     a no-decay part, named ``<name>`` and ``<name>.no_decay``); an empty group is left out."""
     named = trainable_named(model)
-    names = [name for name, _ in model.named_parameters()]
+    every = every_name(model)
+    names = [name for name, _ in every]
     taken: dict[int, int] = {}  # parameter -> the group that took it
     for index, spec in enumerate(specs):
         if "params" not in spec:
@@ -90,11 +102,11 @@ def named_groups(
                 "list of patterns over parameter names"
             )
         chosen = matching(f"optimizer.param_groups[{index}].params", as_patterns(spec["params"]), names)
-        for name, parameter in named:
-            if id(parameter) not in taken and chosen(name):
+        for name, parameter in every:  # a tied weight by any of its names
+            if parameter.requires_grad and id(parameter) not in taken and chosen(name):
                 taken[id(parameter)] = index
     groups, seen = [], {}
-    for index, spec in enumerate([*specs, {"name": "rest"}]):
+    for index, spec in enumerate([*specs, {"name": REST}]):
         members = [(name, p) for name, p in named if taken.get(id(p), len(specs)) == index]
         name = str(spec.get("name", f"group{index}"))
         if index < len(specs):
@@ -110,8 +122,14 @@ def named_groups(
 
 def check_group(index: int, name: str, spec: Mapping[str, Any], seen: Mapping[str, int], takes: bool) -> None:
     """A name is a TensorBoard tag (``train/lr/<name>``): two groups of one name would log over each
-    other. A group whose patterns match only frozen parameters or ones an earlier group took would keep
-    its settings unused, silently."""
+    other, and so would a group named ``rest`` and runner's own for the parameters no group takes. A group
+    whose patterns match only frozen parameters or ones an earlier group took would keep its settings
+    unused, silently."""
+    if name == REST:
+        raise ConfigError(
+            f"optimizer.param_groups[{index}].name={REST}: {REST} is runner's group of the parameters no "
+            f"group takes (its rate is logged as train/lr/{REST}); give this group another name"
+        )
     if name in seen:
         raise ConfigError(
             f"optimizer.param_groups[{index}].name={name}: group {seen[name]} is named {name} too; each "

@@ -3,17 +3,26 @@ GPU activity, with shapes and memory) into a Chrome/Perfetto trace in the run's 
 runner's phases named in it (``training/phases.py``). ``profile.memory=true`` on CUDA also writes a
 memory snapshot of the same steps.
 
+A trace is named by the steps it holds: a run stopped inside the range keeps the steps it recorded,
+and its resume records the rest into a trace of its own. A trace is written whole or not at all, never
+over another file and never through a link: into a folder made for the write, then linked to a name
+nothing holds. A write the disk refuses loses that trace only, said in one line; the run goes on.
+
 The memory snapshot uses ``torch.cuda.memory._record_memory_history`` and ``_dump_snapshot``: not
 public names, but the ones PyTorch's own guide "Understanding CUDA Memory Usage" documents for it.
 """
 
 import logging
 import os
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from runner.checkpoint.durable import WriteError, writing
+from runner.checkpoint.state import TrainState
 from runner.config.schema import ProfileConfig
 from runner.training.phases import Ranges, recording
 
@@ -23,14 +32,28 @@ OPEN_TRACE = "open it at https://ui.perfetto.dev (or chrome://tracing)"
 OPEN_MEMORY = "open it at https://pytorch.org/memory_viz"
 
 
-def trace_path(run_dir: Path, steps: list[int], rank: int = 0) -> Path:
-    """``profile/steps_5-7.trace.json.gz`` (rank 0), ``profile/steps_5-7.rank1.trace.json.gz``."""
+def trace_path(run_dir: Path, steps: list[int], rank: int = 0, take: int = 1) -> Path:
+    """``profile/steps_5-7.trace.json.gz`` (rank 0), ``profile/steps_5-7.rank1.trace.json.gz``; the
+    same steps recorded again (a run resumed from before them): ``steps_5-7.take2.trace.json.gz``."""
     process = f".rank{rank}" if rank else ""
-    return run_dir / PROFILE_DIR / f"steps_{steps[0]}-{steps[1]}{process}.trace.json.gz"
+    again = f".take{take}" if take > 1 else ""
+    return run_dir / PROFILE_DIR / f"steps_{steps[0]}-{steps[1]}{process}{again}.trace.json.gz"
 
 
 def memory_path(trace: Path) -> Path:
     return trace.with_name(trace.name.replace(".trace.json.gz", ".memory.pickle"))
+
+
+def linked_as_new(made: Path, names: Callable[[int], Path]) -> Path:
+    """``made`` under the first of ``names(1)``, ``names(2)``, ... that nothing holds: a hard link is
+    made only where no file or link is, so it neither replaces one nor writes through one."""
+    take = 1
+    while True:
+        try:
+            os.link(made, names(take))
+            return names(take)
+        except FileExistsError:
+            take += 1
 
 
 def profile_plan(profile: ProfileConfig, run_dir: Path, device: torch.device) -> str | None:
@@ -38,7 +61,10 @@ def profile_plan(profile: ProfileConfig, run_dir: Path, device: torch.device) ->
     if profile.steps is None:
         return None
     first, last = profile.steps
-    text = f"optimizer steps {first}-{last} -> {trace_path(run_dir, profile.steps)}; {OPEN_TRACE}"
+    text = (
+        f"optimizer steps {first}-{last} -> {trace_path(run_dir, profile.steps)}; {OPEN_TRACE}; a run "
+        "stopped inside them keeps the steps it recorded, named by them (steps_<first>-<last>)"
+    )
     if profile.memory:
         where = memory_path(trace_path(run_dir, profile.steps)) if device.type == "cuda" else None
         text += (
@@ -50,28 +76,31 @@ def profile_plan(profile: ProfileConfig, run_dir: Path, device: torch.device) ->
 @dataclass
 class StepProfiler:
     """Called at each step boundary with the steps done (``StepTimes.at_step``): starts before step
-    ``first``, stops after step ``last`` (or at the run's end, with what it has)."""
+    ``first`` (or the first step of a run resumed inside the range), stops after step ``last`` (or at
+    the run's end, with the steps ``state`` has done by then)."""
 
     steps: list[int]
     run_dir: Path
     device: torch.device
     memory: bool
     ranges: Ranges
+    state: TrainState
     rank: int = 0
     profiler: torch.profiler.profile | None = None
+    started_after: int = 0  # the steps done when it started
     done: bool = False
 
     def __call__(self, steps_done: int) -> None:
         first, last = self.steps
         if self.profiler is None and not self.done and first - 1 <= steps_done < last:
-            self.start()
+            self.start(steps_done)
         elif self.profiler is not None and steps_done >= last:
             self.stop()
 
     def cuda(self) -> bool:
         return self.device.type == "cuda" and torch.cuda.is_available()
 
-    def start(self) -> None:
+    def start(self, steps_done: int) -> None:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.cuda():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -80,26 +109,39 @@ class StepProfiler:
         )
         if self.memory and self.cuda():
             torch.cuda.memory._record_memory_history(max_entries=100_000)
+        self.started_after = steps_done
         self.profiler.start()
         recording(True)
 
     def stop(self) -> None:
-        """Ends the open range, stops, and writes the trace (to a temporary name first: a trace file is
-        whole or absent)."""
+        """Ends the open range, stops, and writes the trace of the steps it holds."""
         if self.profiler is None:
             return
         profiler, self.profiler, self.done = self.profiler, None, True
         self.ranges.close()
         recording(False)
         profiler.stop()
-        path = trace_path(self.run_dir, self.steps, self.rank)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name.replace(".trace.json.gz", ".partial.trace.json.gz"))
-        profiler.export_chrome_trace(str(partial))
-        os.replace(partial, path)
-        log.info("profile: steps %d-%d recorded in %s; %s", *self.steps, path, OPEN_TRACE)
-        if self.memory and self.cuda():
-            snapshot = memory_path(path)
-            torch.cuda.memory._dump_snapshot(str(snapshot))
-            torch.cuda.memory._record_memory_history(enabled=None)
-            log.info("profile: memory snapshot in %s; %s", snapshot, OPEN_MEMORY)
+        held = [self.started_after + 1, max(self.started_after + 1, self.state.step)]
+        snapshot = self.memory and self.cuda()
+        folder = self.run_dir / PROFILE_DIR
+        try:
+            with writing(trace_path(self.run_dir, held, self.rank)):
+                folder.mkdir(parents=True, exist_ok=True)
+                with tempfile.TemporaryDirectory(prefix=".writing-", dir=folder) as scratch:
+                    made = Path(scratch, "trace.json.gz")
+                    # Streamed by torch's Python writer into the gzip file: a refused write raises here
+                    # (torch's C++ writer only logs it).
+                    profiler.export_chrome_trace(str(made), use_python_export=True)
+                    path = linked_as_new(made, lambda take: trace_path(self.run_dir, held, self.rank, take))
+                    log.info("profile: steps %d-%d recorded in %s; %s", *held, path, OPEN_TRACE)
+                    if snapshot:
+                        torch.cuda.memory._dump_snapshot(str(Path(scratch, "memory.pickle")))
+                        kept = linked_as_new(Path(scratch, "memory.pickle"), lambda take: memory_path(
+                            trace_path(self.run_dir, held, self.rank, take)
+                        ))  # fmt: skip
+                        log.info("profile: memory snapshot in %s; %s", kept, OPEN_MEMORY)
+        except WriteError as error:
+            log.warning("profile: the trace of steps %d-%d is not kept: %s; the run goes on", *held, error)
+        finally:
+            if snapshot:
+                torch.cuda.memory._record_memory_history(enabled=None)

@@ -258,7 +258,7 @@ def train_in_this_process(
                     refresh_hparams_columns(run_dir)
 
             run = Run(learner, schedule, loaders, settings, callbacks, logger, checkpointer,
-                      watch_of(config, run_dir, speed, device, process))  # fmt: skip
+                      watch_of(config, run_dir, speed, device, process, state))  # fmt: skip
             state, last, stop = run.to_the_end(state, record_end)
             run.close()
             report_end(state, checkpointer, last, run_dir, process)

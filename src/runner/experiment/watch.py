@@ -48,15 +48,21 @@ class RunWatch:
 
 
 def watch_of(
-    config: RunConfig, run_dir: Path, speed: SpeedPlan, device: torch.device, process: ProcessInfo
+    config: RunConfig,
+    run_dir: Path,
+    speed: SpeedPlan,
+    device: torch.device,
+    process: ProcessInfo,
+    state: TrainState,
 ) -> RunWatch:
-    """The run's watch; a profiler when ``profile.steps`` asks, the delayed compile when there is one."""
+    """The run's watch; a profiler when ``profile.steps`` asks (``state``: the run's, whose steps a trace
+    holds), the delayed compile when there is one."""
     watch = RunWatch(compile=speed.compile)
     if speed.compile is not None:
         watch.times.at_step.append(speed.compile)
     if config.profile.steps is not None:
         watch.profiler = StepProfiler(
-            list(config.profile.steps), run_dir, device, config.profile.memory, watch.times.ranges,
+            list(config.profile.steps), run_dir, device, config.profile.memory, watch.times.ranges, state,
             process.rank,
         )  # fmt: skip
         watch.times.at_step.append(watch.profiler)

@@ -4,8 +4,11 @@ the project (``[tool.runner]``: how runner finds it from any folder below) and m
 (``pip install -e .``, which its README shows: a plain script or notebook then imports it), a README
 and a test."""
 
+import contextlib
 import keyword
 import re
+import secrets
+import shutil
 from pathlib import Path
 
 from runner.config.code_folder import package_taken
@@ -182,16 +185,42 @@ def files_of(name: str, package: str) -> dict[str, str]:
 
 def create_project(folder: Path) -> list[Path]:
     """Write the project into ``folder``, which must not exist or be empty; the files written. The
-    project is named after the folder (``init .``: the working folder's name)."""
+    project is named after the folder (``init .``: the working folder's name). The files are written
+    into a folder of their own (beside ``folder``, or inside it where it exists already, as the working
+    folder does for ``init .``) and moved in place once all are whole: a write that fails (a full disk)
+    leaves nothing behind, and the same command can run again."""
     name = folder.absolute().resolve().name if folder.name in ("", ".", "..") else folder.name
     package = package_name(name)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         what = "a file" if not folder.is_dir() else "a folder that is not empty"
         raise ConfigError(f"init {folder}: it is {what}; give a new name (runner init NAME)")
-    written = []
-    for relative, text in files_of(name, package).items():
-        path = folder / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        written.append(path)
-    return written
+    existed = folder.exists()
+    made = [parent for parent in reversed(folder.absolute().parents) if not parent.exists()]
+    staging = f".{name}.init-{secrets.token_hex(4)}"
+    temporary = folder / staging if existed else folder.absolute().with_name(staging)
+    relative = Path()
+    try:
+        for parent in made:
+            parent.mkdir()
+        temporary.mkdir()
+        for relative_name, text in files_of(name, package).items():
+            relative = Path(relative_name)
+            (temporary / relative).parent.mkdir(parents=True, exist_ok=True)
+            (temporary / relative).write_text(text)
+        relative = Path()
+        if existed:  # renames within one folder: they need no space and cannot half-write
+            for entry in temporary.iterdir():
+                entry.rename(folder / entry.name)
+            temporary.rmdir()
+        else:
+            temporary.rename(folder)
+    except OSError as error:
+        shutil.rmtree(temporary, ignore_errors=True)
+        for parent in reversed(made):
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+        raise ConfigError(
+            f"init {folder}: cannot write {folder / relative}: {error.strerror}; nothing was left behind: "
+            "free space (or make the place writable) and run it again"
+        ) from None
+    return [folder / relative_name for relative_name in files_of(name, package)]

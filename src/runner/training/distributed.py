@@ -146,12 +146,15 @@ def stop_process_group() -> None:
 
 def shared_run_dir(given: str | None, parent: str = "outputs") -> str:
     """Rank 0's run (or sweep) directory for every rank: Hydra's own timestamps differ between ranks
-    that start in different seconds."""
+    that start in different seconds. Without a process group (torchrun with one process) this process's
+    own, named the same way."""
     stamp = Path(parent, time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S"))
     proposal = [given or str(stamp.resolve())]
-    if torch_dist.get_rank() == 0 and given is None:
+    grouped = torch_dist.is_initialized()
+    if given is None and (not grouped or torch_dist.get_rank() == 0):
         proposal[0] += "-" + os.urandom(2).hex()
-    torch_dist.broadcast_object_list(proposal, src=0)
+    if grouped:
+        torch_dist.broadcast_object_list(proposal, src=0)
     return proposal[0]
 
 
