@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from conftest import PLUGINS, TINY, composed, read_scalars, run_cli
@@ -355,3 +356,23 @@ def test_a_redone_window_starts_from_the_buffers_it_began_with_and_only_changing
     assert [id(buffer) for buffer in learner.changing_buffers] == [
         id(split.norm.running_mean), id(split.norm.running_var), id(split.norm.num_batches_tracked)
     ]  # fmt: skip
+
+
+class DrawsFromNumpy(torch.nn.Linear):
+    def forward(self, inputs):
+        return super().forward(inputs) * float(1 + 0 * np.random.rand())
+
+
+@pytest.mark.parametrize("model_class", [torch.nn.Linear, DrawsFromNumpy])
+def test_python_and_numpy_states_are_copied_before_each_window_only_where_the_first_window_drew(model_class):
+    """Copying Python's and numpy's states costs more than a small model's step: after a first window
+    that drew from neither, only torch's generators are kept (a redo of a model that draws still
+    restores them all, as the dropout test above shows)."""
+    cpu, model = torch.device("cpu"), model_class(2, 2)
+    learner = Learner(model, torch.nn.MSELoss(), torch.optim.SGD(model.parameters(), lr=0.1),
+                      resolve_precision("fp32", cpu), cpu, False, "labels")  # fmt: skip
+    window = [(torch.zeros(4, 2), torch.zeros(4, 2))]
+    for _ in range(2):
+        step_within_memory(learner, window, TrainState(), "split", lambda *_: None,
+                           lambda parts: train_step(learner, parts, None))  # fmt: skip
+        assert learner.draws_host_random is (model_class is DrawsFromNumpy)  # a bool, never numpy's

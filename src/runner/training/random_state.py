@@ -56,7 +56,7 @@ def host_states_changed(saved: RandomStates) -> bool:
     if saved.numpy is None:
         return "numpy" in sys.modules  # imported since: it may have drawn
     now = sys.modules["numpy"].random.get_state()
-    return now[0] != saved.numpy[0] or now[2:] != saved.numpy[2:] or (now[1] != saved.numpy[1]).any()
+    return bool(now[0] != saved.numpy[0] or now[2:] != saved.numpy[2:] or (now[1] != saved.numpy[1]).any())
 
 
 @contextmanager
