@@ -5,7 +5,6 @@ library; ``pyproject.toml`` is read bounded and once; messages name the file and
 process where the process is not the point, in a subprocess (slow) where it is."""
 
 import os
-import resource
 import shutil
 import sys
 from pathlib import Path
@@ -272,27 +271,42 @@ def test_an_unrelated_broken_pyproject_above_blocks_no_command(tmp_path, monkeyp
     assert "skipping" in error and "model=no_such_model: no such option" in error
 
 
-def limited_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a guard: a read of /dev/zero stops there
+# Started by the test, it starts ``python -m runner`` itself and writes that process's peak memory. A
+# process forked from pytest's would carry pytest's own peak (Linux keeps ``ru_maxrss`` across exec),
+# which in a full suite's worker is over the bound on its own; this one is small when it forks.
+MEASURER = """
+import os, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a guard: a read of /dev/zero stops there
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.executable, [sys.executable, "-m", "runner", *sys.argv[2:]])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss * 1024}")
+"""
 
 
 def run_measured(arguments: list[str], cwd: Path) -> tuple[int, str, int]:
     """``python -m runner ...``: its exit status, stderr and peak memory (bytes); killed after 60 s."""
+    import signal
     import subprocess
     import threading
 
+    measured = cwd.parent / "measured.txt"
+    measured.unlink(missing_ok=True)
     with open(cwd.parent / "stderr.txt", "w+") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "runner", *arguments], cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr,
-            stdin=subprocess.DEVNULL, preexec_fn=limited_memory, env={**os.environ, "OMP_NUM_THREADS": "1"},
+            [sys.executable, "-c", MEASURER, str(measured), *arguments], cwd=cwd, stdout=subprocess.DEVNULL,
+            stderr=stderr, stdin=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
         )  # fmt: skip
-        timer = threading.Timer(60, process.kill)
+        timer = threading.Timer(60, lambda: os.killpg(process.pid, signal.SIGKILL))
         timer.start()
-        _, status, usage = os.wait4(process.pid, 0)
+        process.wait()
         timer.cancel()
-        process.returncode = os.waitstatus_to_exitcode(status)
         stderr.seek(0)
-        return process.returncode, stderr.read(), usage.ru_maxrss * 1024
+        code, memory = measured.read_text().split()
+        return int(code), stderr.read(), int(memory)
 
 
 @pytest.mark.slow  # python -m's start (before anything is imported) and a process's memory are the point
