@@ -17,19 +17,17 @@ import os
 from pathlib import Path
 
 from google.protobuf.struct_pb2 import Value
-from tensorboard.compat.proto.event_pb2 import Event
-from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+from tensorboard.plugins.hparams import api_pb2
 
-from runner.checkpoint.durable import WriteError, atomic_write, writing
-from runner.observe.events import tf_record
-from runner.observe.hparams import HPARAMS_FILE, records
+from runner.checkpoint.durable import WriteError, writing
+from runner.observe.hparams import HPARAMS_FILE
 from runner.observe.sweep_hparams import (
     EXPERIMENT_FILE,
-    EXPERIMENT_TAG,
     hparam_column,
     metric_tags,
     runs_folder_of,
     session_hparams,
+    write_experiment,
 )
 
 log = logging.getLogger("runner")
@@ -76,15 +74,6 @@ def refresh_all_runs_experiment(run_dir: Path) -> None:
             with writing(other):
                 other.unlink(missing_ok=True)
         sessions = [hparams for hparams in map(session_hparams, runs) if hparams]
-        experiment = all_runs_experiment(sessions)
-        if experiment is None:
-            with writing(path):
-                path.unlink(missing_ok=True)
-            return
-        data = plugin_data_pb2.HParamsPluginData(experiment=experiment)
-        version = tf_record(Event(file_version="brain.Event:2").SerializeToString())
-        content = version + records((EXPERIMENT_TAG, data), wall_time=0.0)
-        with writing(path):
-            atomic_write(path, lambda handle: handle.write(content))
+        write_experiment(path, all_runs_experiment(sessions))
     except (WriteError, OSError) as error:
         log.warning("could not write the columns of %s for TensorBoard's HParams tab: %s", folder, error)

@@ -123,15 +123,20 @@ def refresh_sweep_experiment(run_dir: Path) -> None:
         return
     path = sweep_dir / EXPERIMENT_FILE
     try:
-        experiment = sweep_experiment(sweep_dir)
-        if experiment is None:
-            with writing(path):
-                path.unlink(missing_ok=True)
-            return
-        data = plugin_data_pb2.HParamsPluginData(experiment=experiment)
-        version = tf_record(Event(file_version="brain.Event:2").SerializeToString())
-        content = version + records((EXPERIMENT_TAG, data), wall_time=0.0)
-        with writing(path):
-            atomic_write(path, lambda handle: handle.write(content))
+        write_experiment(path, sweep_experiment(sweep_dir))
     except (WriteError, OSError) as error:
         log.warning("could not write the sweep's columns for TensorBoard's HParams tab: %s", error)
+
+
+def write_experiment(path: Path, experiment: api_pb2.Experiment | None) -> None:
+    """The HParams tab's column record at ``path``, written whole or not at all; ``None`` removes it
+    (no run holds a setting to show)."""
+    if experiment is None:
+        with writing(path):
+            path.unlink(missing_ok=True)
+        return
+    data = plugin_data_pb2.HParamsPluginData(experiment=experiment)
+    version = tf_record(Event(file_version="brain.Event:2").SerializeToString())
+    content = version + records((EXPERIMENT_TAG, data), wall_time=0.0)
+    with writing(path):
+        atomic_write(path, lambda handle: handle.write(content))
