@@ -3,6 +3,7 @@ that logs nothing (the floor), on the tiny workload at runner's default log cade
 
     python scripts/bench_against.py 0f1facd                 # 5 pairs at 300 and 2300 steps
     python scripts/bench_against.py HEAD~3 --pairs 7 --steps 300,2300
+    python scripts/bench_against.py 0f1facd --instructions  # instructions counted, not time
 
 Each measurement is a fresh process at one torch thread: runner through its real command line (this
 tree's ``src/``, or a ``git worktree`` of REV made in a temporary folder, first on ``PYTHONPATH``), and
@@ -11,6 +12,12 @@ rotates each pair) so drifting machine load hits all alike. A process's CPU time
 ``wait4``) at the long length minus the same contender's at the short length, over the steps between,
 is its CPU time per step with start-up taken out; start-up is the short run's wall time. Ratios are
 paired pair by pair and given as median [min-max].
+
+``--instructions`` counts instead of timing: each process runs once under valgrind's callgrind, which
+counts the instructions it executes, the same count (to about 0.001%) whatever else the machine is doing.
+On a machine whose load moves CPU times by 2x between runs it is the measurement that still compares; it
+counts work, not time (a cache miss or a wait costs nothing in it). Slow: several minutes a process, two
+processes at a time. Needs ``valgrind`` (Debian's package).
 """
 
 import argparse
@@ -20,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,6 +65,43 @@ def measure(command: list[str], source: Path, scratch: Path) -> tuple[float, flo
     return usage.ru_utime + usage.ru_stime, wall
 
 
+def count(command: list[str], source: Path, scratch: Path) -> int:
+    """Instructions one process executes under callgrind, ``source`` first on its path (its hash seed fixed,
+    so that dict and set orders, and so the count, repeat)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(source),
+           "PYTHONHASHSEED": "0"}  # fmt: skip
+    out = scratch / "callgrind.out"
+    valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    done = subprocess.run([*valgrind, *command], env=env, cwd=scratch, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
+    totals = [line for line in out.read_text().splitlines() if line.startswith(("totals:", "summary:"))]
+    return int(totals[0].split()[1])
+
+
+def counted(contenders: dict, short: int, long: int) -> None:
+    """Each contender once at each length under callgrind, as many at a time as there are CPUs."""
+
+    def one(name: str, steps: int) -> int:
+        build, source = contenders[name]
+        with tempfile.TemporaryDirectory() as scratch:
+            return count(build(steps, Path(scratch)), source, Path(scratch))
+
+    jobs = [(name, steps) for name in contenders for steps in (short, long)]
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        totals = dict(zip(jobs, pool.map(lambda job: one(*job), jobs), strict=True))
+    per_step = {name: (totals[name, long] - totals[name, short]) / (long - short) for name in contenders}
+    startup = {name: totals[name, short] - short * per_step[name] for name in contenders}
+    print("| | instructions per step | start-up instructions |")
+    print("| --- | --- | --- |")
+    for name in contenders:
+        print(f"| {name} | {per_step[name] / 1e6:.4f} M | {startup[name] / 1e9:.4f} G |")
+    for other in list(contenders)[1:]:
+        ratio, start = per_step["this"] / per_step[other], startup["this"] / startup[other]
+        print(f"| this / {other} | {ratio:.4f} | {start:.4f} |")
+
+
 def spread(values: list[float], digits: int = 3) -> str:
     return f"{statistics.median(values):.{digits}g} [{min(values):.{digits}g}-{max(values):.{digits}g}]"
 
@@ -67,6 +112,8 @@ def main() -> None:
     parser.add_argument("rev", help="the revision to compare with (a commit, tag or branch)")
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--steps", default="300,2300", help="the short and the long length")
+    counts = "count instructions under callgrind, once each, instead of timing pairs"
+    parser.add_argument("--instructions", action="store_true", help=counts)
     args = parser.parse_args()
     short, long = map(int, args.steps.split(","))
     with tempfile.TemporaryDirectory() as folder:
@@ -79,6 +126,9 @@ def main() -> None:
                 args.rev: (runner_command, worktree / "src"),
                 "floor": (floor_command, REPO / "src"),
             }
+            if args.instructions:
+                counted(contenders, short, long)
+                return
             per_step: dict[str, list[float]] = {name: [] for name in contenders}
             startup: dict[str, list[float]] = {name: [] for name in contenders}
             names = list(contenders)
