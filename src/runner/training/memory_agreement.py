@@ -14,11 +14,13 @@ unfinished on some processes would put out of step.
 
 import dataclasses
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 
 from runner.training.distributed import any_process
+
+NOTHING = nullcontext()
 
 
 class OutOfMemoryOnRank(Exception):
@@ -37,15 +39,17 @@ class Agreement:
     rank: int = 0
     enabled: bool = False
 
-    @contextmanager
-    def micro_batch(self) -> Iterator[None]:
+    def micro_batch(self) -> AbstractContextManager:
         """Around a micro-batch's forward and backward: where this process runs out it tells the others
-        at once, who learn it at their next :meth:`agree`."""
+        at once, who learn it at their next :meth:`agree`. Off, a shared no-op (it is on every step's
+        path)."""
+        return self._telling() if self.enabled else NOTHING
+
+    @contextmanager
+    def _telling(self) -> Iterator[None]:
         try:
             yield
         except torch.OutOfMemoryError:
-            if not self.enabled:
-                raise
             self._tell(ran_out=True)
 
     def agree(self) -> None:

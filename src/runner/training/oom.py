@@ -161,7 +161,6 @@ def step_within_memory(
     """``run_step(micro_batches)`` on the window cut to the run's micro-batch
     (``state.micro_batch_size``; None: the loader's), halved and redone from the window's start on
     each out-of-memory error until it fits. Its new size is logged at the step it starts with."""
-    loader_size = max(count_samples(batch, learner.target_key) for batch in window)
     split = on_oom == "split"
     # What a redo restores, kept before every window: torch's generators (a few microseconds), and
     # Python's and numpy's only where the first window drew from them (copying them costs more than the
@@ -169,8 +168,11 @@ def step_within_memory(
     saved = random_states(host=learner.draws_host_random is not False) if split else None
     buffers = [(buffer, buffer.clone()) for buffer in buffers_to_keep(learner)] if split else []
     while True:
-        size = state.micro_batch_size or loader_size
-        micro_batches = [part for batch in window for part in cut(batch, size, learner.target_key)]
+        size = state.micro_batch_size
+        if size is None:  # the loader's batches as they are, until one did not fit: nothing cut per step
+            micro_batches = window
+        else:
+            micro_batches = [part for batch in window for part in cut(batch, size, learner.target_key)]
         try:
             result = run_step(micro_batches)
             if learner.changing_buffers is None and split:
@@ -183,6 +185,7 @@ def step_within_memory(
             in_update = in_optimizer_update(error, learner)
             where = f" on rank {error.rank}" if isinstance(error, OutOfMemoryOnRank) else ""
         free_memory(learner)
+        size = size or max(count_samples(batch, learner.target_key) for batch in window)
         if where:  # every process learnt it here: all halve the same size (their batches may differ)
             size = any_process(size)
         own_step = learner.writes_own_step

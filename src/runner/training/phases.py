@@ -34,7 +34,8 @@ class Ranges:
     current: Any = None
 
     def enter(self, name: str) -> None:
-        self.close()
+        if self.current is not None:
+            self.close()
         if _recording[0]:
             self.current = record_function(name)
             self.current.__enter__()

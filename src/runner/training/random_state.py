@@ -3,6 +3,7 @@ leave every random state as they found it: torch's CPU generator and each CUDA o
 ``random`` and numpy's. A model that draws in eval mode (a VAE's ``randn_like``, noise injection), or
 a loader that draws a seed, then trains exactly as a loop that never validates, at any cadence."""
 
+import functools
 import random
 import sys
 from collections.abc import Iterator
@@ -69,5 +70,7 @@ def kept_random_state() -> Iterator[None]:
         saved.restore()
 
 
+@functools.cache
 def mps_in_use() -> bool:
+    """Asked once: whether the machine has an MPS device does not change while the process runs."""
     return hasattr(torch, "mps") and torch.backends.mps.is_available()

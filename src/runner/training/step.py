@@ -121,8 +121,8 @@ def train_step(
                 precision.scaler.scale(loss).backward()
     # The window's last agreement (memory_agreement.py), after its backward and after the copy the
     # gradients are averaged in (it may run out too); with it, no collective ran inside a backward.
-    with learner.memory.micro_batch():
-        if learner.memory.enabled:
+    if learner.memory.enabled:
+        with learner.memory.micro_batch():
             average_gradients(learner.trainable, learner.processes, before_reducing=learner.memory.agree)
     done = update(optimizer, learner.trainable, precision.scaler, clip_norm, check_finite, weights.rescale())
     precision.scaler.update()

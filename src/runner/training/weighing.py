@@ -75,8 +75,9 @@ class WindowWeights:
             weighted = loss if alone else loss * (said[-1].float() / self.reference)
         else:
             weighted = loss * self.shares[index] if self.shares[index] != 1.0 else loss
-        self.losses.append(loss.detach())
-        self.weighted_losses.append(weighted.detach())
+        detached = loss.detach()
+        self.losses.append(detached)
+        self.weighted_losses.append(detached if weighted is loss else weighted.detach())
         return weighted
 
     def rescale(self) -> float | None:
