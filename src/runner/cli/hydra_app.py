@@ -126,7 +126,7 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
             continue
         given = override.input_line or key
         if not (override.is_add() or override.is_force_add() or command_line.custom_primary_config):
-            check_top_level_key(key, given=given, extra_known=group_names(), nested=group_keys())
+            check_top_level_key(key, given=given, extra_known=group_names(), nested=group_keys)
             check_section_key(key, given=given)
         if key in group_names() and override.value() is None:
             raise ConfigError(f"{given}: {key} must name one of its options: {', '.join(options_of(key))}")

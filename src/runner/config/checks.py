@@ -87,14 +87,15 @@ def check_value(key: str, value: Any) -> None:
 
 
 def check_top_level_key(
-    key: str, given: str, extra_known: Iterable[str] = (), nested: Iterable[str] = ()
+    key: str, given: str, extra_known: Iterable[str] = (), nested: Callable[[], Iterable[str]] = tuple
 ) -> None:
-    """``given`` is what the user wrote (``foo=1``), to quote it back. ``nested``: keys inside the
-    config groups' options (``optimizer.lr``), offered where the user left out their section."""
+    """``given`` is what the user wrote (``foo=1``), to quote it back. ``nested()``: keys inside the
+    config groups' options (``optimizer.lr``), offered where the user left out their section; asked only
+    for a key that is not known (it may read every option's file)."""
     top = key.split(".")[0]
     known = TOP_LEVEL_KEYS | set(extra_known)
     if top not in known:
-        inside = sorted({name for name in [*SETTINGS, *nested] if name.endswith("." + key)})
+        inside = sorted({name for name in [*SETTINGS, *nested()] if name.endswith("." + key)})
         hint = f"did you mean {' or '.join(inside)}? " if inside else ""
         raise ConfigError(
             f"{given}: '{top}' is not a config key; {hint}known top-level keys: " + ", ".join(sorted(known))
