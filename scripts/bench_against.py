@@ -11,7 +11,8 @@ tree's ``src/``, or a ``git worktree`` of REV made in a temporary folder, first 
 rotates each pair) so drifting machine load hits all alike. A process's CPU time (user + system, from
 ``wait4``) at the long length minus the same contender's at the short length, over the steps between,
 is its CPU time per step with start-up taken out; start-up is the short run's wall time. Ratios are
-paired pair by pair and given as median [min-max].
+paired pair by pair and given as median [min-max]. Each contender runs once first, unmeasured, with
+Python's bytecode cache on (``environment``): start-up is then a user's second run, not the compiler's.
 
 ``--instructions`` counts instead of timing: each process runs once under valgrind's callgrind, which
 counts the instructions it executes, the same count (to about 0.001%) whatever else the machine is doing.
@@ -21,14 +22,17 @@ processes at a time. Needs ``valgrind`` (Debian's package).
 """
 
 import argparse
+import functools
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 # The tiny workload: a 16-32-1 MLP on learnable regression, batch 32, Adam; checkpoints and validation
@@ -50,9 +54,24 @@ def floor_command(steps: int, scratch: Path) -> list[str]:
             "--no-log"]  # fmt: skip
 
 
+def environment(source: Path) -> dict[str, str]:
+    """One torch thread, ``source`` first on the path, and Python's bytecode cache on: as a user's
+    installed runner starts from its cached ``.pyc`` files after its first run, not by compiling its
+    source each time (where ``PYTHONDONTWRITEBYTECODE`` is set, start-up would measure the compiler)."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(source)}
+
+
+def warm_up(contenders: dict, steps: int) -> None:
+    """One run of each contender, not measured: it writes the bytecode cache the measured runs read."""
+    for build, source in contenders.values():
+        with tempfile.TemporaryDirectory() as scratch:
+            measure(build(steps, Path(scratch)), source, Path(scratch))
+
+
 def measure(command: list[str], source: Path, scratch: Path) -> tuple[float, float]:
     """CPU seconds (user + system) and wall seconds of one process, ``source`` first on its path."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(source)}
+    env = environment(source)
     started = time.perf_counter()
     process = subprocess.Popen(
         command, env=env, cwd=scratch, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -68,8 +87,7 @@ def measure(command: list[str], source: Path, scratch: Path) -> tuple[float, flo
 def count(command: list[str], source: Path, scratch: Path) -> int:
     """Instructions one process executes under callgrind, ``source`` first on its path (its hash seed fixed,
     so that dict and set orders, and so the count, repeat)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(source),
-           "PYTHONHASHSEED": "0"}  # fmt: skip
+    env = {**environment(source), "PYTHONHASHSEED": "0"}
     out = scratch / "callgrind.out"
     valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
     done = subprocess.run([*valgrind, *command], env=env, cwd=scratch, stdout=subprocess.DEVNULL,
@@ -80,19 +98,27 @@ def count(command: list[str], source: Path, scratch: Path) -> int:
     return int(totals[0].split()[1])
 
 
-def counted(contenders: dict, short: int, long: int) -> None:
-    """Each contender once at each length under callgrind, as many at a time as there are CPUs."""
+def count_all(jobs: dict[Any, tuple[Callable[[Path], list[str]], Path]]) -> dict[Any, int]:
+    """Each job's instructions (``count``): by name, its command (made for a scratch folder) and source,
+    as many at a time as there are CPUs (valgrind's counts do not change with the load)."""
 
-    def one(name: str, steps: int) -> int:
-        build, source = contenders[name]
+    def one(name: Any) -> int:
+        build, source = jobs[name]
         with tempfile.TemporaryDirectory() as scratch:
-            return count(build(steps, Path(scratch)), source, Path(scratch))
+            return count(build(Path(scratch)), source, Path(scratch))
 
-    jobs = [(name, steps) for name in contenders for steps in (short, long)]
     with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
-        totals = dict(zip(jobs, pool.map(lambda job: one(*job), jobs), strict=True))
-    per_step = {name: (totals[name, long] - totals[name, short]) / (long - short) for name in contenders}
-    startup = {name: totals[name, short] - short * per_step[name] for name in contenders}
+        return dict(zip(jobs, pool.map(one, jobs), strict=True))
+
+
+def counted(contenders: dict, short: int, long: int) -> None:
+    """Each contender once at each length under callgrind: instructions per step and at start-up."""
+    jobs = {f"{name}@{steps}": (functools.partial(build, steps), source)
+            for name, (build, source) in contenders.items() for steps in (short, long)}  # fmt: skip
+    totals = count_all(jobs)
+    per_step = {name: (totals[f"{name}@{long}"] - totals[f"{name}@{short}"]) / (long - short)
+                for name in contenders}  # fmt: skip
+    startup = {name: totals[f"{name}@{short}"] - short * per_step[name] for name in contenders}
     print("| | instructions per step | start-up instructions |")
     print("| --- | --- | --- |")
     for name in contenders:
@@ -126,6 +152,7 @@ def main() -> None:
                 args.rev: (runner_command, worktree / "src"),
                 "floor": (floor_command, REPO / "src"),
             }
+            warm_up(contenders, short)
             if args.instructions:
                 counted(contenders, short, long)
                 return

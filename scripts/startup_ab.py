@@ -4,17 +4,20 @@ commit), each a one-step run in a fresh process, interleaved so drifting machine
     git worktree add /tmp/old 82cdb79
     python scripts/startup_ab.py /tmp/old --pairs 12
 
-Prints each version's median wall time and the paired difference (this minus other) and ratio.
+Each version runs once first, unmeasured, with Python's bytecode cache on (as a user's installed runner
+starts from cached ``.pyc`` files). Prints each version's median wall time and the paired difference
+(this minus other) and ratio.
 """
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_against import environment
 
 REPO = Path(__file__).resolve().parents[1]
 ARGUMENTS = ("train", "data=regression", "data.dataset.num_features=16", "model.hidden=[32]",
@@ -24,7 +27,7 @@ ARGUMENTS = ("train", "data=regression", "data.dataset.num_features=16", "model.
 def wall_seconds(source: Path) -> float:
     """``python -m runner train ...`` with ``source`` first on the path, from start to exit."""
     with tempfile.TemporaryDirectory() as scratch:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(source)}
+        env = environment(source)
         command = [sys.executable, "-m", "runner", *ARGUMENTS, f"hydra.run.dir={scratch}/run"]
         started = time.perf_counter()
         result = subprocess.run(command, env=env, cwd=scratch, capture_output=True, text=True)
@@ -43,6 +46,8 @@ def main() -> None:
     args = parser.parse_args()
     sources = {"this": REPO / "src", "other": args.other.resolve() / "src"}
     times: dict[str, list[float]] = {"this": [], "other": []}
+    for source in sources.values():  # writes the bytecode cache: each measured start reads it
+        wall_seconds(source)
     for pair in range(args.pairs):
         order = ["this", "other"] if pair % 2 == 0 else ["other", "this"]
         for name in order:
