@@ -72,6 +72,19 @@ def test_each_phase_is_counted_in_its_share_and_the_step_boundaries_are_announce
     )  # fmt: skip
 
 
+def test_with_nothing_at_the_step_boundary_a_step_computed_up_to_it_counts_all_its_compute():
+    clock = Clock()
+    times = StepTimes(clock=clock)
+
+    class State:
+        step = 0
+
+    for _window in times.waiting(iter([["a"], ["b"]]), State()):
+        clock.now += 2.0  # the step computes, and the loop goes straight on to the next window
+    assert times.step_compute == [2.0, 2.0]
+    assert times.total["compute"] == 4.0
+
+
 @pytest.mark.parametrize(
     ("total", "said", "unsaid"),
     [

@@ -64,12 +64,15 @@ class StepTimes:
         """``windows``, the time spent getting each counted as data; each step boundary announced."""
         iterator = iter(windows)
         while True:
+            # What runs at the boundary (a trace written, a compile) is not the run's time; with nothing
+            # there, the wait for data starts at once (one clock read fewer a step).
+            boundary = bool(self.at_step)
+            self.now_in(UNCOUNTED if boundary else "data")
             self.end_step()
-            if self.at_step:  # their time is not the run's (a trace written, a compile timed apart)
-                self.now_in(UNCOUNTED)
+            if boundary:
                 for call in self.at_step:
                     call(state.step)
-            self.now_in("data")
+                self.now_in("data")
             try:
                 window = next(iterator)
             except StopIteration:
