@@ -194,6 +194,7 @@ def create_project(folder: Path) -> list[Path]:
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         what = "a file" if not folder.is_dir() else "a folder that is not empty"
         raise ConfigError(f"init {folder}: it is {what}; give a new name (runner init NAME)")
+    files = files_of(name, package)
     existed = folder.exists()
     made = [parent for parent in reversed(folder.absolute().parents) if not parent.exists()]
     staging = f".{name}.init-{secrets.token_hex(4)}"
@@ -203,7 +204,7 @@ def create_project(folder: Path) -> list[Path]:
         for parent in made:
             parent.mkdir()
         temporary.mkdir()
-        for relative_name, text in files_of(name, package).items():
+        for relative_name, text in files.items():
             relative = Path(relative_name)
             (temporary / relative).parent.mkdir(parents=True, exist_ok=True)
             (temporary / relative).write_text(text)
@@ -223,4 +224,4 @@ def create_project(folder: Path) -> list[Path]:
             f"init {folder}: cannot write {folder / relative}: {error.strerror}; nothing was left behind: "
             "free space (or make the place writable) and run it again"
         ) from None
-    return [folder / relative_name for relative_name in files_of(name, package)]
+    return [folder / relative_name for relative_name in files]
