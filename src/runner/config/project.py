@@ -23,7 +23,7 @@ KEYS = {"conf": "the config folder (default conf)", "code": "the folder holding 
 # What a run leaves in its folder (runner.experiment.run_files, Hydra's record, a sweep's record).
 RUN_RECORDS = ("run.yaml", "data_split.json", "result.json", "multirun.yaml")
 EVENTS_PREFIX = "events.out.tfevents."
-GROUP_NAME = re.compile(r"[A-Za-z_][\w-]*(/[A-Za-z_][\w-]*)*")  # model, hydra/launcher; never ../
+GROUP_NAME = r"[A-Za-z_][\w-]*(/[A-Za-z_][\w-]*)*"  # model, hydra/launcher; never ../
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def project_of(root: Path, table: dict) -> Project:
             f"{path}: [tool.runner] defaults must map config groups to options, e.g. "
             'defaults = {model = "my_net", data = "my_data"}'
         )
-    odd = [group for group in defaults if not GROUP_NAME.fullmatch(group)]
+    odd = [group for group in defaults if not re.fullmatch(GROUP_NAME, group)]
     if odd:
         raise ConfigError(
             f"{path}: [tool.runner] defaults {odd[0]!r}: a config group is a name or a path of names inside "

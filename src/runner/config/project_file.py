@@ -14,21 +14,15 @@ from pathlib import Path
 
 from runner.config.errors import ConfigError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 reads no project file
-    tomllib = None
-
 SIZE_LIMIT = 256 << 10  # 256 KiB: a project file is a few KB (tomllib reads 1 MiB of tables in seconds)
 # tomllib's time grows with the square of a dotted key's parts (a.a.a...: 4,000 parts take 2 s here, a
 # 64 KiB line of them minutes); runner's own keys have 2 or 3 (tool.runner.defaults).
 KEY_PARTS_LIMIT = 32
 SEGMENT = r"(?:[A-Za-z0-9_-]+|\"[^\"\n]*\"|'[^'\n]*')"
-LONG_DOTTED_KEY = re.compile(
-    rf"(?<![A-Za-z0-9_-]){SEGMENT}(?:[ \t]*\.[ \t]*{SEGMENT}){{{KEY_PARTS_LIMIT},}}".encode()
-)
+# The patterns are compiled when a project file is first read (``re`` keeps them): most runs read none.
+LONG_DOTTED_KEY = rf"(?<![A-Za-z0-9_-]){SEGMENT}(?:[ \t]*\.[ \t]*{SEGMENT}){{{KEY_PARTS_LIMIT},}}".encode()
 # Where a file that does not parse still says it is runner's project file.
-NAMES_RUNNER = re.compile(rb"tool\s*\.\s*[\"']?runner\b|^\s*runner\s*=", re.MULTILINE)
+NAMES_RUNNER = rb"(?m)tool\s*\.\s*[\"']?runner\b|^\s*runner\s*="
 # (path, device, inode, size, mtime) -> its [tool.runner] table (None: it has none, or was skipped).
 read_before: dict[tuple, dict | None] = {}
 
@@ -36,7 +30,7 @@ read_before: dict[tuple, dict | None] = {}
 def runner_table(path: Path) -> dict | None:
     """The ``[tool.runner]`` table of ``path``; None where there is no such file, it has no table, or
     it was skipped (with a warning). A broken file that names ``tool.runner`` raises ``ConfigError``."""
-    if tomllib is None:
+    if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10 has no tomllib, and reads no project file
         return None
     try:  # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -73,10 +67,12 @@ def read_all(descriptor: int, limit: int) -> bytes:
 
 
 def parsed(path: Path, data: bytes) -> dict | None:
+    import tomllib  # here, not at the top: only a run that finds a pyproject.toml pays for its import
+
     if len(data) > SIZE_LIMIT:  # it grew since fstat
         return skipped(path, f"it is over {SIZE_LIMIT:,} bytes; a project file is at most {SIZE_LIMIT:,}")
     try:
-        if LONG_DOTTED_KEY.search(data):
+        if re.search(LONG_DOTTED_KEY, data):
             raise OverflowError
         content = tomllib.loads(data.decode("utf-8"))
     except OverflowError:
@@ -93,7 +89,7 @@ def parsed(path: Path, data: bytes) -> dict | None:
         if table is not None and not isinstance(table, dict):
             raise ConfigError(f"{path}: tool.runner must be a table ([tool.runner])")
         return table
-    if NAMES_RUNNER.search(data):
+    if re.search(NAMES_RUNNER, data):
         raise ConfigError(f"{path}: {problem}; runner reads its [tool.runner] table: fix the file")
     return skipped(path, problem)
 
