@@ -3,12 +3,17 @@ line read, Hydra's facts about each job handed to the job lifecycle, a sweep's s
 subprocess tests (test_cli_*.py, test_sweeps.py) show what only a process shows; these keep the
 command line in the quick lane."""
 
+import tempfile
+from pathlib import Path
+
 import pytest
 import yaml
 from conftest import TINY, job_dir
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runner.cli.train import main_train
-from runner.observe.records import recorded_result
+from runner.observe.records import recorded_result, write_run_record
 
 
 def test_a_run_records_ok_and_hydras_record(tmp_path):
@@ -17,6 +22,37 @@ def test_a_run_records_ok_and_hydras_record(tmp_path):
     assert recorded_result(run_dir)["status"] == "ok"
     assert "seed=3" in yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
     assert "started" not in (run_dir / "train.log").read_text()  # a single run has no job lines
+
+
+def test_run_yaml_is_the_config_in_pyyamls_own_text(tmp_path):
+    """run.yaml is written by libyaml where PyYAML has it: for a real run's config, the very text
+    PyYAML's own writer gives."""
+    run_dir = tmp_path / "run"
+    main_train([*TINY, "seed=3", "optimizer.lr=0.0005", f"hydra.run.dir={run_dir}"])
+    text = (run_dir / "run.yaml").read_text()
+    recorded = yaml.safe_load(text)
+    assert recorded["seed"] == 3 and recorded["optimizer"]["lr"] == 0.0005
+    assert text == yaml.safe_dump(recorded, sort_keys=False)
+
+
+LEAF = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+
+
+def nested(inner: st.SearchStrategy) -> st.SearchStrategy:
+    return st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4)
+
+
+VALUES = st.recursive(LEAF, nested, max_leaves=20)
+KEYS = st.text(min_size=1).filter(lambda key: key != "runtime")
+
+
+@settings(max_examples=150, deadline=None)
+@given(config=st.dictionaries(KEYS, VALUES, max_size=6), runtime=st.dictionaries(KEYS, VALUES, max_size=3))
+def test_run_yaml_reads_back_as_what_was_written(config, runtime):
+    """Any keys and values a config holds (odd characters, long keys, nesting) read back the same."""
+    with tempfile.TemporaryDirectory() as folder:
+        write_run_record(Path(folder), config, runtime)
+        assert yaml.safe_load((Path(folder) / "run.yaml").read_text()) == {**config, "runtime": runtime}
 
 
 def test_a_refused_value_exits_2_in_one_line_and_writes_nothing(tmp_path, capsys):

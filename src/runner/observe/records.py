@@ -18,6 +18,10 @@ SAMPLES_PER_SEC = "vitals/samples_per_sec"
 MAX_MEMORY_ALLOCATED = "vitals/max_memory_allocated_gib"
 # Their names in the event files of runs written before (read as the names above).
 FORMER_TAGS = {"perf/samples_per_sec": SAMPLES_PER_SEC, "perf/max_memory_allocated_gib": MAX_MEMORY_ALLOCATED}
+# libyaml's writer where PyYAML has it (its wheels do): every run writes run.yaml as it starts, and
+# PyYAML's own writer takes seven times the Python calls for the same text (a key libyaml finds too
+# long or odd to write plain it writes as ``? key``; either reads back as the same data).
+SAFE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def current_tag(tag: str) -> str:
@@ -33,7 +37,8 @@ def best_tag(monitor: str) -> str:
 
 
 def write_run_record(run_dir: Path, config: dict[str, Any], runtime: dict[str, Any]) -> None:
-    write_text(run_dir / "run.yaml", yaml.safe_dump({**config, "runtime": runtime}, sort_keys=False))
+    text = yaml.dump({**config, "runtime": runtime}, Dumper=SAFE_DUMPER, sort_keys=False)
+    write_text(run_dir / "run.yaml", text)
 
 
 def record_split(run_dir: Path, train_set: Any, val_set: Any, test_set: Any = None) -> None:
