@@ -387,6 +387,20 @@ def test_a_launcher_default_lists_every_installed_launcher(tmp_path, monkeypatch
     assert "JoblibLauncher" in capsys.readouterr().out
 
 
+def test_a_projects_defaults_are_gone_when_the_next_command_runs_outside_it(tmp_path, monkeypatch, capsys):
+    """One process (a notebook): a command in a project that picks optimizer=sgd, then one outside any
+    project, which composes runner's own default (adam) again. Between them the environment is put
+    back, as ``runner.train`` puts it back (a project's worker finds it through RUNNER_PROJECT)."""
+    project = make_project(tmp_path / "p", '[tool.runner]\ndefaults = {optimizer = "sgd"}\n')
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    for folder, optimizer in ((outside, "Adam"), (project, "SGD"), (outside, "Adam")):
+        monkeypatch.chdir(folder)
+        monkeypatch.delenv(PROJECT_ENV, raising=False)
+        main(["train", "--cfg", "job", "-p", "optimizer._target_"])
+        assert capsys.readouterr().out.strip() == f"torch.optim.{optimizer}", folder
+
+
 def test_a_default_hydra_cannot_apply_names_pyproject_and_its_key(tmp_path, monkeypatch, capsys):
     table = '[tool.runner]\ndefaults = {"hydra/sweeper/sampler" = "tpe"}\n'
     project = make_project(tmp_path / "p", table)

@@ -67,9 +67,14 @@ def group_names() -> set[str]:
 def store_project_defaults(project: Project | None) -> None:
     """A project's default options as the config ``runner_project/defaults``, which runner's defaults
     list takes after its own (so ``+experiment=...`` and the command line still choose over it).
-    Outside a project it holds none (an earlier ``runner.train`` in another project left nothing)."""
+    Outside a project there is no such config (the default is optional), or, where an earlier
+    ``runner.train`` in this process stored a project's, one that holds none."""
     store = ConfigStore.instance()
     if project is None:
+        try:
+            store.list("runner_project")
+        except OSError:  # none stored in this process: Hydra skips the optional default, at less cost
+            return
         store.store(group="runner_project", name="defaults", package="_global_", node={"defaults": []})
         return
     for group, option in project.defaults.items():
@@ -110,6 +115,7 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
             f"{unknown[0]}: not a flag; the flags are Hydra's (--help shows them{', and ' if flags else ''}"
             f"{', '.join(flags)}); settings are key=value"
         )
+    groups = group_names()
     for override in command_line.overrides:
         key = override.key_or_group
         if "/" in key and not override.is_delete() and override.value() is None:  # hydra/launcher, ...
@@ -126,9 +132,9 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
             continue
         given = override.input_line or key
         if not (override.is_add() or override.is_force_add() or command_line.custom_primary_config):
-            check_top_level_key(key, given=given, extra_known=group_names(), nested=group_keys)
+            check_top_level_key(key, given=given, extra_known=groups, nested=group_keys)
             check_section_key(key, given=given)
-        if key in group_names() and override.value() is None:
+        if key in groups and override.value() is None:
             raise ConfigError(f"{given}: {key} must name one of its options: {', '.join(options_of(key))}")
         if override.is_interval_sweep():
             values = [override.value().start, override.value().end]
@@ -140,7 +146,7 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
             values = [override.value()]
         for value in values:
             check_value(key, value)
-            options = options_of(key, command_line) if key in group_names() else []
+            options = options_of(key, command_line) if key in groups else []
             if options and isinstance(value, str) and value not in options:
                 raise ConfigError(f"{key}={value}: no such option; {key} is one of {', '.join(options)}")
     check_cfg_flag(command_line)
