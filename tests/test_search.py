@@ -2,6 +2,7 @@
 refuses, a job's link to its trial (a real study and pruner), sweep directories that continue, one GPU
 per parallel job, and the Pareto front in the summary. Through the real CLI: tests/test_sweeps.py."""
 
+import dataclasses
 import json
 import threading
 import time
@@ -9,10 +10,12 @@ import time
 import optuna
 import pytest
 import yaml
+from conftest import REPO
 from omegaconf import OmegaConf
 
 from runner.cli.main import main
-from runner.cli.optuna_settings import objectives_of
+from runner.cli.optuna_options import TYPES
+from runner.cli.optuna_settings import objectives_of, typed
 from runner.cli.optuna_space import search_space
 from runner.cli.optuna_study import name_objectives
 from runner.config.errors import ConfigError
@@ -207,20 +210,20 @@ def test_the_summary_of_a_multi_objective_search_marks_its_pareto_front(tmp_path
 @pytest.mark.parametrize("group", ["sampler", "pruner"])
 def test_every_sampler_and_pruner_option_builds_on_the_installed_optuna(group):
     """``hydra/sweeper/sampler=...`` and ``hydra/sweeper/pruner=...``: each option's fields are
-    arguments its Optuna class takes."""
-    from hydra.core.config_store import ConfigStore
+    arguments its Optuna class takes, and the search checks the type of every one of them."""
     from hydra.utils import instantiate
 
-    import hydra_plugins.runner_optuna_sweeper.config  # noqa: F401 (registers the options)
-
-    options = ConfigStore.instance().repo["hydra"]["sweeper"][group]
+    options = sorted((REPO / "conf" / "hydra" / "sweeper" / group).glob("*.yaml"))
     assert len(options) >= 4
-    for name, entry in options.items():
-        built = instantiate(entry.node)
-        if name == "grid.yaml":
+    for path in options:
+        config = OmegaConf.load(path)
+        kind = TYPES[config._target_]
+        assert set(config) == {field.name for field in dataclasses.fields(kind)}, path.name
+        built = instantiate(typed(f"hydra.sweeper.{group}", config))
+        if path.stem == "grid":
             built = built({"optimizer.lr": [1e-3, 1e-2]})
         base = optuna.samplers.BaseSampler if group == "sampler" else optuna.pruners.BasePruner
-        assert isinstance(built, base), name
+        assert isinstance(built, base), path.name
 
 
 def test_a_studys_values_are_named_by_their_metrics_in_its_storage(tmp_path):
@@ -256,6 +259,14 @@ hydra:
             "hydra.sweeper.pruner: ",
         ),
         (("hydra/sweeper/sampler=grid",), "hydra.sweeper.params.optimizer.lr: the grid sampler takes choice"),
+        (
+            ("hydra.sweeper.sampler.n_startup_trials=ten",),
+            "hydra.sweeper.sampler.n_startup_trials: Value 'ten' of type 'str' could not be converted",
+        ),
+        (
+            ("hydra/sweeper/pruner=median", "hydra.sweeper.pruner.n_warmup_steps=soon"),
+            "hydra.sweeper.pruner.n_warmup_steps: Value 'soon'",
+        ),
         (("hydra.sweeper.direction=maximize",), "direction=maximize for val/loss, but checkpoint.mode=min"),
         (("hparams_search=bad",), "hydra.sweeper.params.optimizer.lrr: the config has no key optimizer.lrr"),
     ],

@@ -28,6 +28,7 @@ from runner.cli.optuna_settings import (
     is_grid,
     objective_values,
     objectives_of,
+    typed,
 )
 from runner.cli.optuna_space import SearchSpace, check_keys, search_space
 from runner.cli.optuna_study import (
@@ -87,6 +88,8 @@ class OptunaSearch:
         quiet_optuna()
         self.directions = directions_of(self.direction)
         check_counts(self.n_trials, self.n_jobs, self.max_failure_rate)
+        self.sampler_config = typed("hydra.sweeper.sampler", self.sampler_config)
+        self.pruner_config = typed("hydra.sweeper.pruner", self.pruner_config)
         objectives = objectives_of(self.objectives_given, self.directions, self.config)
         space = search_space(self.params, arguments)
         check_keys(space, self.config)

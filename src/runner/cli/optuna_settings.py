@@ -6,8 +6,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from runner.cli.optuna_options import TYPES
 from runner.config.errors import ConfigError
 
 
@@ -69,6 +71,23 @@ def check_counts(n_trials: int, n_jobs: int, max_failure_rate: float) -> None:
     if not 0.0 <= max_failure_rate <= 1.0:
         raise ConfigError(f"hydra.sweeper.max_failure_rate={max_failure_rate} is not allowed; it must be a "
                           "number from 0 to 1")  # fmt: skip
+
+
+def typed(key: str, config: DictConfig | None) -> DictConfig | None:
+    """A sampler's or pruner's settings on the types of its class's arguments (``optuna_options``): a
+    value of the wrong type is named in one line before the search starts. Another class, named by
+    ``_target_``, is left to check its own arguments as it is built."""
+    kind = TYPES.get(str(config.get("_target_"))) if config is not None else None
+    if kind is None:
+        return config
+    try:
+        checked = OmegaConf.merge(OmegaConf.structured(kind), config)
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"{key}.{error.full_key}: {str(error).splitlines()[0]}") from None
+    missing = sorted(OmegaConf.missing_keys(checked))
+    if missing:
+        raise ConfigError(f"{key}.{missing[0]} has no value; {key}'s class takes it")
+    return checked
 
 
 def build(key: str, config: Any) -> Any:
