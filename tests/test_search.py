@@ -226,6 +226,17 @@ def test_every_sampler_and_pruner_option_builds_on_the_installed_optuna(group):
         assert isinstance(built, base), path.name
 
 
+def test_a_pruner_by_target_with_some_of_its_arguments_keeps_optunas_defaults_for_the_rest():
+    """``hydra.sweeper.pruner: {_target_: optuna.pruners.MedianPruner, n_warmup_steps: 5}``, as in a
+    preset: the given arguments are typed, the others are left to Optuna."""
+    from hydra.utils import instantiate
+
+    given = OmegaConf.create({"_target_": "optuna.pruners.MedianPruner", "n_warmup_steps": "5"})
+    checked = typed("hydra.sweeper.pruner", given)
+    assert OmegaConf.to_container(checked) == {"_target_": "optuna.pruners.MedianPruner", "n_warmup_steps": 5}
+    assert isinstance(instantiate(checked), optuna.pruners.MedianPruner)
+
+
 def test_a_studys_values_are_named_by_their_metrics_in_its_storage(tmp_path):
     """What optuna-dashboard reads from the database: the objectives' names (tests/test_sweeps.py
     shows the dashboard serving them)."""
@@ -267,6 +278,7 @@ hydra:
             ("hydra/sweeper/pruner=median", "hydra.sweeper.pruner.n_warmup_steps=soon"),
             "hydra.sweeper.pruner.n_warmup_steps: Value 'soon'",
         ),
+        (("hydra.sweeper.pruner=median",), "hydra.sweeper.pruner=median: pick an option with hydra/sweeper/"),
         (("hydra.sweeper.direction=maximize",), "direction=maximize for val/loss, but checkpoint.mode=min"),
         (("hparams_search=bad",), "hydra.sweeper.params.optimizer.lrr: the config has no key optimizer.lrr"),
     ],

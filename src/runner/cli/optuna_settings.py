@@ -73,21 +73,25 @@ def check_counts(n_trials: int, n_jobs: int, max_failure_rate: float) -> None:
                           "number from 0 to 1")  # fmt: skip
 
 
-def typed(key: str, config: DictConfig | None) -> DictConfig | None:
-    """A sampler's or pruner's settings on the types of its class's arguments (``optuna_options``): a
-    value of the wrong type is named in one line before the search starts. Another class, named by
-    ``_target_``, is left to check its own arguments as it is built."""
-    kind = TYPES.get(str(config.get("_target_"))) if config is not None else None
+def typed(key: str, config: Any) -> DictConfig | None:
+    """A sampler's or pruner's settings with the types of its class's arguments (``optuna_options``):
+    a value of the wrong type, or a key the class does not take, is named in one line before the search
+    starts. An argument not given keeps Optuna's default; another class, named by ``_target_``, checks
+    its own arguments as it is built."""
+    if config is None:
+        return None
+    if not isinstance(config, DictConfig):  # hydra.sweeper.pruner=median: a dot where a slash was meant
+        group = key.rsplit(".", 1)[-1]
+        raise ConfigError(f"{key}={config}: pick an option with hydra/sweeper/{group}={config}, or give "
+                          f"{key} as a mapping with _target_")  # fmt: skip
+    kind = TYPES.get(str(config.get("_target_")))
     if kind is None:
         return config
     try:
         checked = OmegaConf.merge(OmegaConf.structured(kind), config)
     except OmegaConfBaseException as error:
         raise ConfigError(f"{key}.{error.full_key}: {str(error).splitlines()[0]}") from None
-    missing = sorted(OmegaConf.missing_keys(checked))
-    if missing:
-        raise ConfigError(f"{key}.{missing[0]} has no value; {key}'s class takes it")
-    return checked
+    return OmegaConf.create({name: checked[name] for name in config})
 
 
 def build(key: str, config: Any) -> Any:
