@@ -20,7 +20,8 @@ MAX_MEMORY_ALLOCATED = "vitals/max_memory_allocated_gib"
 FORMER_TAGS = {"perf/samples_per_sec": SAMPLES_PER_SEC, "perf/max_memory_allocated_gib": MAX_MEMORY_ALLOCATED}
 # libyaml's writer where PyYAML has it (its wheels do): every run writes run.yaml as it starts, and
 # PyYAML's own writer takes seven times the Python calls for the same text (a key libyaml finds too
-# long or odd to write plain it writes as ``? key``; either reads back as the same data).
+# long or odd to write plain it writes as ``? key``; either reads back as the same data). libyaml
+# refuses a lone surrogate (a non-UTF-8 byte of a path, as Python decodes it), which PyYAML's writes.
 SAFE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
@@ -37,7 +38,11 @@ def best_tag(monitor: str) -> str:
 
 
 def write_run_record(run_dir: Path, config: dict[str, Any], runtime: dict[str, Any]) -> None:
-    text = yaml.dump({**config, "runtime": runtime}, Dumper=SAFE_DUMPER, sort_keys=False)
+    record = {**config, "runtime": runtime}
+    try:
+        text = yaml.dump(record, Dumper=SAFE_DUMPER, sort_keys=False)
+    except UnicodeEncodeError:
+        text = yaml.dump(record, Dumper=yaml.SafeDumper, sort_keys=False)
     write_text(run_dir / "run.yaml", text)
 
 
