@@ -19,6 +19,7 @@ def test_wheel_carries_conf_and_runs_from_elsewhere(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "runner/conf/config.yaml" in names
     assert "runner/conf/data/digits.yaml" in names
+    assert "runner/conf/hydra/sweeper/sampler/tpe.yaml" in names  # the Optuna search's options
     assert "runner/data/digits.csv.gz" in names
     assert "hydra_plugins/runner_optuna_sweeper/optuna_sweeper.py" in names  # the Optuna sweeper plugin
     assert "hydra_plugins/__init__.py" not in names  # a namespace shared with Hydra's own plugins
