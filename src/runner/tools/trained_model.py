@@ -14,7 +14,7 @@ from runner.checkpoint.trainable import load_weights
 from runner.config.errors import ConfigError
 from runner.config.trust import check_config_from_file, check_saved_resolved
 from runner.config.typed import as_dict, typed_config
-from runner.experiment.setup import Build, build_component
+from runner.experiment.setup import Build, build_model_as_run
 from runner.training.device import resolve_device
 
 
@@ -40,10 +40,7 @@ def load_trained_model(
         {"model": as_dict(config)["model"]}, trusted, f"checkpoint {path}",
         "allow them with allow_targets=[{targets}]",
     )  # fmt: skip
-    model = build_component(build, "model", config.model)
-    if not isinstance(model, torch.nn.Module):
-        built = type(model).__name__
-        raise ConfigError(f"model._target_={config.model['_target_']} built a {built}, not a torch.nn.Module")
+    model = build_model_as_run(build, config, checkpoint["seed"])  # a random base it froze: as trained
     weights: Any = checkpoint.get("averaged_model_state_dict") or checkpoint["model_state_dict"]
     load_weights(model, weights, checkpoint, path)  # a trainable-only one's base checked (trainable.py)
     return model.to(resolve_device(device_name)).eval()
