@@ -219,3 +219,21 @@ def test_export_finds_the_project_it_runs_in_and_suggests_a_form_it_accepts(
     )
     assert status_of([*arguments, "allow_targets=lab52_models.TinyNet"]) == 0, capsys.readouterr().err
     assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_an_output_under_a_file_or_named_dot_dot_is_one_line_and_makes_nothing(trained, tmp_path, capsys):
+    (tmp_path / "a file").write_text("mine")
+    error = refused(
+        capsys, str(trained), "--format", "safetensors", "--output", str(tmp_path / "a file" / "out")
+    )
+    assert error == (
+        f"runner: error: cannot write {tmp_path / 'a file' / 'out'}: Not a directory; nothing was exported; "
+        "give --output a folder in a writable place"
+    )
+    dot_dot = tmp_path / "new" / ".."
+    error = refused(capsys, str(trained), "--format", "safetensors", "--output", str(dot_dot))
+    assert (
+        error
+        == f"runner: error: export: --output {dot_dot} names no folder of its own; give the new folder's path"
+    )
+    assert [path.name for path in tmp_path.iterdir()] == ["a file"]

@@ -24,6 +24,8 @@ NO_SPACE_ADVICE = "nothing was exported; free space and export again"
 def check_output(output: Path) -> None:
     """Before any work: an output that exists is kept, and one that is a link (a dangling one too) is
     not followed."""
+    if output.name in ("", ".", ".."):
+        raise ConfigError(f"export: --output {output} names no folder of its own; give the new folder's path")
     if output.is_symlink():
         raise ConfigError(
             f"export: {output} is a link (to {os.readlink(output)}); export writes a new folder and follows "
@@ -87,7 +89,7 @@ def locked(output: Path) -> Iterator[None]:
     try:
         descriptor = os.open(lock, flags, 0o644)
     except OSError as error:
-        raise write_error(lock, error) from None
+        raise write_error(output, error) from None
     try:
         found = os.fstat(descriptor)
         if not stat.S_ISREG(found.st_mode) or found.st_size:
