@@ -59,3 +59,21 @@ def test_a_base_that_builds_other_weights_each_time_is_refused_before_anything_i
     )
     assert error.count("\n") == 1 and "seed the build" in error and "load pretrained weights" in error
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lora_on_a_random_base_loads_and_exports_its_adapter(train_here, tmp_path):
+    pytest.importorskip("peft", reason="peft (the peft extra)")
+    lora = ("model=mlp", "~model.input_shape", "~model.num_outputs", "~model.hidden", "~model.dropout",
+            "model._target_=adapters.random_lora", "data.batch_size=64", "seed=4",
+            "trainer.max_steps=3")  # fmt: skip
+    full = train_here(*lora, run_dir=tmp_path / "full")
+    kept = train_here(*lora, "checkpoint.trainable_only=true", run_dir=tmp_path / "kept")
+    trained = best(full)["model_state_dict"]
+    loaded = runner.load_model(kept, allow_targets="adapters.random_lora").state_dict()
+    assert loaded.keys() == trained.keys()
+    assert all(torch.equal(loaded[name], trained[name]) for name in trained)
+    main_export([str(kept), "--format", "peft", "allow_targets=adapters.random_lora"])
+    adapter = safetensors_torch.load_file(str(kept / "export" / "peft" / "adapter_model.safetensors"))
+    lora_weights = [value for name, value in trained.items() if ".lora_" in name]
+    assert len(adapter) == len(lora_weights) == 4  # A and B of fc1 and fc2
+    assert all(any(torch.equal(value, weight) for weight in lora_weights) for value in adapter.values())
