@@ -146,3 +146,17 @@ def save_forged(checkpoint: dict[str, Any], path: Path, **changes: Any) -> Path:
         stored = "sha256:" + "0" * 64
     torch.save({**forged, CHECKSUM_KEY: stored}, path)
     return path
+
+
+# Values of other kinds a forger puts in place of a key, or of one weight (tests/test_fuzz_files.py).
+OTHER_KINDS = {
+    "tensor": lambda: torch.ones(3),
+    "dict-of-ints": lambda: {"a": 1},
+    "text": lambda: "x",
+    "int": lambda: 5,
+    "none": lambda: None,
+    "list": lambda: [1, 2],
+    "complex": lambda: torch.ones(3, dtype=torch.complex64),
+    "meta": lambda: torch.empty(3, device="meta"),
+    "sparse": lambda: torch.zeros(3).to_sparse(),
+}
