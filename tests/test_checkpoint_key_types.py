@@ -3,14 +3,19 @@ a weight by something that is not one), its checksum computed again so that it m
 checkpoint holds is checked for what it holds before anything uses it: ``export`` and ``eval`` refuse in
 one line with exit 2, and ``runner.load_model`` raises one ``runner.UserError`` naming the key."""
 
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
-from conftest import TINY
+from conftest import TINY, composed, snapshot
 from hostile_files import save_forged
+from hydra.utils import instantiate
 
 import runner
 from runner.checkpoint.files import CheckpointError, load_checkpoint
 from runner.cli.tools import main_eval, main_export
+from runner.experiment.train import train
 
 WEIGHT = "3.weight"  # model=mlp: the layer that trains with freeze=[1.*]
 FORGED = {
@@ -50,18 +55,20 @@ FORGED = {
 }
 
 
+OVERRIDES = (*TINY, "seed=2", "checkpoint.trainable_only=true", "freeze=[1.*]")
+
+
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> dict:
-    from conftest import composed
-    from hydra.utils import instantiate
-
-    from runner.experiment.train import train
-
+def trained_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("forged") / "run"
     run_dir.mkdir()
-    overrides = (*TINY, "seed=2", "checkpoint.trainable_only=true", "freeze=[1.*]")
-    train(composed(*overrides), run_dir, build=instantiate)
-    return torch.load(run_dir / "checkpoints" / "best.pt")
+    train(composed(*OVERRIDES), run_dir, build=instantiate)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def trained(trained_run) -> dict:
+    return torch.load(trained_run / "checkpoints" / "best.pt")
 
 
 def forged_run(trained: dict, tmp_path, changes: dict) -> tuple:
@@ -115,3 +122,47 @@ def test_a_modules_extra_state_is_no_weight_and_loads(train_here):
     saved = torch.load(run_dir / "checkpoints" / "best.pt")["model_state_dict"]["_extra_state"]
     model = runner.load_model(run_dir, allow_targets="extra_state.CountingNet")
     assert saved["calls"] > 0 and model.calls == saved["calls"]
+
+
+OPTIMIZER_FORGED = {
+    "a slot as a number": (
+        lambda saved: {**saved, "state": {0: {**saved["state"][0], "exp_avg": 5}}},
+        "optimizer_state_dict['state'][0]['exp_avg'] (int)",
+    ),
+    "a slot of another shape": (
+        lambda saved: {**saved, "state": {0: {**saved["state"][0], "exp_avg": torch.zeros(3)}}},
+        "optimizer_state_dict['state'][0]['exp_avg'] (a tensor of shape [3])",
+    ),
+    "a slot as nothing": (
+        lambda saved: {**saved, "state": {0: {**saved["state"][0], "exp_avg": None}}},
+        "optimizer_state_dict['state'][0]['exp_avg'] (NoneType)",
+    ),
+    "a parameter's slots as a list": (
+        lambda saved: {**saved, "state": {0: [1]}},
+        "optimizer_state_dict['state'][0] (list)",
+    ),
+    "the groups as nothing": (
+        lambda saved: {**saved, "param_groups": None},
+        "optimizer_state_dict (no dicts of state and param_groups with params)",
+    ),
+    "the state as text": (lambda saved: {**saved, "state": "x"}, "optimizer_state_dict (no dicts of state"),
+}
+
+
+@pytest.mark.parametrize("case", OPTIMIZER_FORGED)
+def test_a_forged_optimizer_state_is_one_line_on_resume_before_anything_is_written(
+    trained_run, tmp_path, case
+):
+    forge, named = OPTIMIZER_FORGED[case]
+    run_dir = Path(shutil.copytree(trained_run, tmp_path / "run"))
+    for path in (run_dir / "checkpoints").iterdir():
+        path.unlink()
+    last = torch.load(trained_run / "checkpoints" / "last.pt")
+    save_forged(
+        last, run_dir / "checkpoints" / "last.pt", optimizer_state_dict=forge(last["optimizer_state_dict"])
+    )
+    before = snapshot(run_dir)
+    with pytest.raises(CheckpointError) as refused:
+        train(composed(*OVERRIDES, "trainer.max_steps=8", f"resume={run_dir}"), run_dir, build=instantiate)
+    assert named in str(refused.value) and "\n" not in str(refused.value)
+    assert snapshot(run_dir) == before
