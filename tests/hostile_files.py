@@ -132,3 +132,31 @@ HOSTILE_VALUES = {
     "text": lambda size: "x" * size,
     "none": lambda size: None,
 }
+
+
+def save_forged(checkpoint: dict[str, Any], path: Path, **changes: Any) -> Path:
+    """``checkpoint`` with ``changes`` to its keys and its checksum computed again, as a forger who read
+    runner's code writes it: only what each key holds can give it away."""
+    from runner.checkpoint.files import NotData, checksum
+
+    forged = {key: value for key, value in checkpoint.items() if key != CHECKSUM_KEY} | changes
+    try:
+        stored = checksum(forged)
+    except NotData:  # a tensor whose bytes the checksum cannot read: the reader refuses it before comparing
+        stored = "sha256:" + "0" * 64
+    torch.save({**forged, CHECKSUM_KEY: stored}, path)
+    return path
+
+
+# Values of other kinds a forger puts in place of a key, or of one weight (tests/test_fuzz_files.py).
+OTHER_KINDS = {
+    "tensor": lambda: torch.ones(3),
+    "dict-of-ints": lambda: {"a": 1},
+    "text": lambda: "x",
+    "int": lambda: 5,
+    "none": lambda: None,
+    "list": lambda: [1, 2],
+    "complex": lambda: torch.ones(3, dtype=torch.complex64),
+    "meta": lambda: torch.empty(3, device="meta"),
+    "sparse": lambda: torch.zeros(3).to_sparse(),
+}

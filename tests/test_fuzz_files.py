@@ -18,10 +18,12 @@ import yaml
 from conftest import TINY, composed, run_cli, snapshot
 from hostile_files import (
     HOSTILE_VALUES,
+    OTHER_KINDS,
     alias_bomb,
     alias_bomb_mapping,
     flip_bits,
     runner_like_study,
+    save_forged,
     save_unchecked,
 )
 from hydra.utils import instantiate
@@ -35,6 +37,7 @@ from runner.experiment.train import train
 from runner.observe.events import tf_record, wall_time_span
 from runner.search.continuation import earlier_job
 from runner.tools.job_files import read_job
+from runner.tools.trained_model import load_trained_model
 
 pytestmark = pytest.mark.slow  # the fuzzer's lane
 
@@ -147,6 +150,34 @@ def test_a_forged_checkpoint_is_refused_in_bounded_work(
     try:
         checked_load(folder if sharded else path)
     except CheckpointError as error:
+        one_line(error)
+    unchanged(work, before)
+
+
+OPTIONAL_KEYS = ["averaged_model_state_dict", "frozen_weights_sha256", "callbacks_state_dict",
+                 "dataset_state_dict", "sampler_state_dict", "carried_state_dict"]  # fmt: skip
+
+
+@given(draw=st.data(), value=st.sampled_from(sorted(OTHER_KINDS)), weight=st.booleans())
+def test_a_key_of_another_kind_with_a_matching_checksum_is_refused_in_one_line(
+    run, tmp_path_factory, draw, value, weight
+):
+    """Any key a checkpoint holds (or may hold), or one weight, given a value of another kind, its
+    checksum computed again: ``load_model``'s reader loads the model or refuses in one line."""
+    work = tmp_path_factory.mktemp("kinds")
+    base = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    if weight:
+        weights = base["model_state_dict"]
+        name = draw.draw(st.sampled_from(sorted(weights)))
+        changes = {"model_state_dict": {**weights, name: OTHER_KINDS[value]()}}
+    else:
+        key = draw.draw(st.sampled_from(sorted({*base, *OPTIONAL_KEYS} - {"checksum"})))
+        changes = {key: OTHER_KINDS[value]()}
+    path = save_forged(base, work / "last.pt", **changes)
+    before = snapshot(work)
+    try:
+        load_trained_model(path, instantiate, {"runner.models.mlp"})
+    except UserError as error:
         one_line(error)
     unchanged(work, before)
 

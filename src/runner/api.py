@@ -6,8 +6,9 @@ line prints it), never as a Hydra traceback; an error in the user's own code kee
 import json
 import os
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,18 +28,28 @@ class TrainResult:
     final: dict[str, float] = field(default_factory=dict)  # the last validation's metrics
 
 
-def train(overrides: Iterable[str] = (), project: str | os.PathLike | None = None) -> TrainResult:
+# One call at a time in a process: each enters a project and sets the working folder, sys.path and
+# os.environ for its length, and Hydra's state is the process's. A call from another thread waits; a
+# call inside a call (a model that loads another run's) goes on.
+ONE_CALL = threading.RLock()
+PathGiven = str | bytes | os.PathLike
+
+
+def train(overrides: Iterable[str] = (), project: PathGiven | None = None) -> TrainResult:
     """Train once in this process with the command line's config, checks and run directory:
     ``runner.train(["optimizer.lr=0.01", "trainer.max_epochs=3"])`` is ``python -m runner train
     optimizer.lr=0.01 trainer.max_epochs=3``. ``project``: the folder of a project (default: the
     working folder, or any folder above it with a ``pyproject.toml`` holding ``[tool.runner]``).
-    ``sys.path``, ``os.environ``, the working folder and ``sys.argv`` are left as they were found."""
+    ``sys.path``, ``os.environ``, the working folder and ``sys.argv`` are left as they were found.
+    From several threads, calls run one at a time; a run in a thread other than the main one takes no
+    signals (Ctrl-C goes to the program)."""
     arguments = checked_overrides(overrides)
+    project = path_of(project, "train", "project") if project is not None else None
     from runner.cli.hydra_start import planned_run_dir
     from runner.cli.train import main_train
 
-    planned_run_dir.clear()
-    with process_kept(), entered(project):
+    with ONE_CALL, process_kept(), entered(project):
+        planned_run_dir.clear()
         main_train(arguments)
     if not planned_run_dir:
         raise ConfigError("runner.train: the run made no run directory")
@@ -46,24 +57,67 @@ def train(overrides: Iterable[str] = (), project: str | os.PathLike | None = Non
 
 
 def load_model(
-    path: str | os.PathLike,
+    path: PathGiven,
     device: str = "cpu",
-    allow_targets: Iterable[str] = (),
-    project: str | os.PathLike | None = None,
+    allow_targets: str | Iterable[str] = (),
+    project: PathGiven | None = None,
 ) -> Any:
     """The trained model of a run directory (its ``best.pt``; without one, its newest checkpoint) or of
     a checkpoint: built from the config stored with it, its weights loaded, in ``eval()`` mode. As
     with ``runner eval``, the stored config builds only runner's ``_target_``s, those the project's
-    config folder names (``project``, as for ``train``), and ``allow_targets``."""
+    config folder names (``project``, as for ``train``), and ``allow_targets``: a list of targets, or
+    one string as the command line takes them (``"mylab.Net"``, ``"mylab.Net,mylab.Head"``)."""
     import hydra.utils
 
     from runner.cli.hydra_app import config_folders
+    from runner.config.checks import check_value
     from runner.config.trust import folder_targets
     from runner.tools.trained_model import load_trained_model
 
-    with process_kept(), entered(project):
+    run, allowed = path_of(path, "load_model", "path"), targets_of(allow_targets)
+    project = path_of(project, "load_model", "project") if project is not None else None
+    if not isinstance(device, str):
+        raise ConfigError(
+            f"runner.load_model(device={shown(device)}): device must be a string, such as 'cpu' or 'cuda:0'; "
+            f"got {type(device).__name__}"
+        )
+    with ONE_CALL, process_kept(), entered(project):
+        check_value("device", device)
         trusted = set().union(*(folder_targets(folder) for folder in config_folders(None)))
-        return load_trained_model(Path(path), hydra.utils.instantiate, trusted | set(allow_targets), device)
+        return load_trained_model(run, hydra.utils.instantiate, trusted | allowed, device)
+
+
+def path_of(value: Any, function: str, name: str) -> Path:
+    """A path as Python's own file functions take one (``str``, ``bytes``, ``os.PathLike``); anything
+    else, or an empty one, is refused by name rather than met as a TypeError inside."""
+    text = None
+    if isinstance(value, PathGiven):
+        with suppress(TypeError):  # an os.PathLike whose __fspath__ gives neither str nor bytes
+            text = os.fsdecode(value)
+    if not text or "\0" in text:
+        raise ConfigError(
+            f"runner.{function}({name}={shown(value)}): {name} must be a path (a str, bytes or pathlib.Path; "
+            f"not empty, no NUL character); got {type(value).__name__}"
+        )
+    return Path(text)
+
+
+def shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
+def targets_of(given: Any) -> set[str]:
+    """``allow_targets``: one string as the command line takes it (comma-separated), or strings."""
+    if isinstance(given, str):
+        return {target for target in given.split(",") if target}
+    items = list(given) if isinstance(given, Iterable) and not isinstance(given, bytes | Mapping) else None
+    if items is None or not all(isinstance(item, str) for item in items):
+        raise ConfigError(
+            f"runner.load_model(allow_targets={shown(given)}): allow_targets takes _target_ names, as a list "
+            "of strings (['mylab.Net']) or one string ('mylab.Net,mylab.Head')"
+        )
+    return set(items)
 
 
 def checked_overrides(overrides: Iterable[str]) -> list[str]:

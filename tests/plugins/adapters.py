@@ -37,3 +37,10 @@ def lora(path: str, rank: int = 2) -> nn.Module:
     from peft import LoraConfig, get_peft_model
 
     return get_peft_model(pretrained(path), LoraConfig(r=rank, lora_alpha=4, target_modules=["fc1", "fc2"]))
+
+
+def random_lora(rank: int = 2) -> nn.Module:
+    """peft's LoRA on a base no file holds: its weights are drawn as the model is built."""
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(Base(), LoraConfig(r=rank, lora_alpha=4, target_modules=["fc1", "fc2"]))

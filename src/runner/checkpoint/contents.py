@@ -134,16 +134,76 @@ class Stateful:
 
                 checkpoint = load_sharded(path, checkpoint, self.model)
             self.model.load_state_dict(checkpoint["model_state_dict"])
+        if wrong := wrong_optimizer_state(self.optimizer, checkpoint["optimizer_state_dict"]):
+            shown = ", ".join(f"optimizer_state_dict{where}" for where in wrong[:4])
+            raise CheckpointError(
+                f"checkpoint {path} is not a runner checkpoint: {shown} do not hold what torch's optimizer "
+                "saves there; use another checkpoint of the run"
+            )
         try:
             self.optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
-        except (ValueError, KeyError) as error:
-            raise CheckpointError(f"checkpoint {path}: the optimizer state does not fit ({error})") from None
+        except (ValueError, KeyError, TypeError, IndexError) as error:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise CheckpointError(f"checkpoint {path}: the optimizer state does not fit ({reason})") from None
         self.scheduler.load_state_dict(checkpoint["scheduler_state_dict"])
         if checkpoint["scaler_state_dict"]:
             self.scaler.load_state_dict(checkpoint["scaler_state_dict"])
         for name, item in self.others.items():
             if f"{name}_state_dict" in checkpoint:
                 item.load_state_dict(checkpoint[f"{name}_state_dict"])
+
+
+def wrong_optimizer_state(optimizer: Any, state: Any) -> list[str]:
+    """What in a torch optimizer's saved state is not of torch's form: ``state`` a dict of each parameter's
+    slots, ``param_groups`` a list of dicts with their ``params``; a slot of torch's own optimizers a
+    tensor (``step`` also a number, SGD's momentum None; LBFGS keeps others). A forged slot would fail at
+    the first step, inside torch. Several named optimizers: each; an optimizer of another kind: nothing."""
+    if hasattr(optimizer, "optimizers") and isinstance(state, dict) and "param_groups" not in state:
+        return [
+            f"[{name!r}]{wrong}" for name, one in optimizer.optimizers.items()
+            for wrong in wrong_optimizer_state(one, state.get(name))
+        ]  # fmt: skip
+    if not isinstance(optimizer, torch.optim.Optimizer) or state is None:
+        return []
+    groups = state.get("param_groups") if isinstance(state, dict) else None
+    slots = state.get("state") if isinstance(state, dict) else None
+    if not (isinstance(slots, dict) and isinstance(groups, list)) or not all(
+        isinstance(group, dict) and isinstance(group.get("params"), list) for group in groups
+    ):
+        return [" (no dicts of state and param_groups with params)"]
+    own = type(optimizer).__module__.startswith("torch.optim") and not isinstance(
+        optimizer, torch.optim.LBFGS
+    )
+    shapes = {  # each saved parameter's number, as the live optimizer's groups hold its parameter
+        index: tuple(parameter.shape)
+        for saved, group in zip(groups, optimizer.param_groups, strict=False)
+        for index, parameter in zip(saved["params"], group["params"], strict=False)
+    }
+    wrong = [f"['state'][{index!r}] ({type(values).__name__})" for index, values in slots.items()
+             if not isinstance(values, dict)]  # fmt: skip
+    for index, values in slots.items():
+        wrong += [f"['state'][{index!r}][{slot!r}] ({shown_slot(value)})"
+                  for slot, value in (values.items() if own and isinstance(values, dict) else ())
+                  if not is_slot(slot, value, shapes.get(index))]  # fmt: skip
+    return wrong
+
+
+def is_slot(name: str, value: Any, shape: tuple[int, ...] | None) -> bool:
+    """A slot of torch's own optimizers: a number as a tensor, or a tensor of its parameter's shape (a
+    size of 1 where Adafactor keeps a row or a column); ``step`` also a plain number, SGD's momentum None."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0 or shape is None:
+            return True
+        return value.dim() == len(shape) and all(
+            size in (full, 1) for size, full in zip(value.shape, shape, strict=True)
+        )
+    return (name == "momentum_buffer" and value is None) or (name == "step" and type(value) in (int, float))
+
+
+def shown_slot(value: Any) -> str:
+    return (
+        f"a tensor of shape {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+    )
 
 
 def checkpoint_payload(

@@ -37,6 +37,10 @@ class TooMuchWork(Exception):
     """A checkpoint whose contents are far more than its file holds (values shared many times over)."""
 
 
+class NotData(Exception):
+    """A tensor runner never saves, whose bytes cannot be read: a meta tensor (none), a sparse one."""
+
+
 # The work a file's checksum may take, per byte of the file (and a floor for tiny files): each value
 # pickle writes takes at least a byte, a tensor's data its bytes, so only values that the file shares
 # many times over (40 levels of {"a": x, "b": x}: 2**40 values from a few KB) or tensors that view one
@@ -63,6 +67,8 @@ def _digest(value: Any, hasher: Any, budget: Budget) -> None:
     """Feed ``value`` to ``hasher`` in a fixed order: every tensor's dtype, shape and bytes, every
     other value's type and text. Each value and byte is paid for from ``budget`` before it is read."""
     budget.spend(1)
+    if isinstance(value, torch.Tensor) and (value.is_meta or value.layout != torch.strided):
+        raise NotData(f"a {'meta' if value.is_meta else str(value.layout).removeprefix('torch.')} tensor")
     if isinstance(value, torch.Tensor):
         budget.spend(value.numel() * value.element_size())  # before a view of 1 value becomes 10**12
         tensor = value.detach().cpu().contiguous().reshape(-1)
@@ -114,12 +120,46 @@ KINDS: dict[str, tuple[type, ...]] = {
 }  # fmt: skip
 
 
-def wrong_kinds(checkpoint: Mapping[str, Any]) -> list[str]:
-    """``key (type)`` for each key whose value is not of its kind (a bool is not a number here)."""
-    return [
-        f"{key} ({type(checkpoint[key]).__name__})" for key, kinds in KINDS.items()
-        if not isinstance(checkpoint[key], kinds) or (isinstance(checkpoint[key], bool) and bool not in kinds)
+# The keys a checkpoint holds only sometimes (``contents.py``), and what each holds where it is.
+OPTIONAL_KINDS: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("averaged_model_state_dict", "callbacks_state_dict", "dataset_state_dict",
+                     "carried_state_dict", "sampler_state_dict", "versions"), (dict,)),
+    "frozen_weights_sha256": (str,), "micro_batches_done_in_window": (int,), "monitor": (str,),
+}  # fmt: skip
+WEIGHTS = ("model_state_dict", "averaged_model_state_dict")  # name -> tensor, as load_state_dict takes
+
+
+def wrong_kinds(checkpoint: Mapping[str, Any], sharded: bool = False) -> list[str]:
+    """``key (type)`` for each key whose value is not of its kind (a bool is not a number here), and each
+    weight that is not a tensor (``sharded``: or a sharded checkpoint's place for one)."""
+    kinds = {**KINDS, **{key: kind for key, kind in OPTIONAL_KINDS.items() if key in checkpoint}}
+    wrong = [
+        f"{key} ({type(checkpoint[key]).__name__})" for key, kind in kinds.items()
+        if not isinstance(checkpoint[key], kind) or (isinstance(checkpoint[key], bool) and bool not in kind)
     ]  # fmt: skip
+    for key in (key for key in WEIGHTS if key in checkpoint and isinstance(checkpoint[key], dict)):
+        wrong += [
+            f"{key}[{one_line(name)}] ({type(value).__name__})" for name, value in checkpoint[key].items()
+            if not isinstance(name, str) or not (is_weight(value, sharded) or is_extra_state(name))
+        ]  # fmt: skip
+    return wrong
+
+
+def is_weight(value: Any, sharded: bool) -> bool:
+    """A tensor with data (a meta tensor has none), or in a sharded checkpoint's record its place."""
+    if isinstance(value, torch.Tensor):
+        return value.layout == torch.strided and not value.is_meta
+    return sharded and isinstance(value, Mapping) and "__sharded__" in value
+
+
+def is_extra_state(name: str) -> bool:
+    """A module's ``get_extra_state()``: any value ``load_state_dict`` hands back to it."""
+    return name.rsplit(".", 1)[-1] == "_extra_state"
+
+
+def one_line(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def looks_like_torch_save(path: Path) -> bool:
@@ -200,6 +240,11 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
             f"checkpoint {path} is not a runner checkpoint: its contents take far more work to check than a "
             "file of its size holds (values shared many times over); use another checkpoint of the run"
         ) from None
+    except NotData as error:
+        raise CheckpointError(
+            f"checkpoint {path} is not a runner checkpoint: it holds {error}, which runner never saves; use "
+            "another checkpoint of the run"
+        ) from None
     except ValueError as error:  # an integer too long to show as text
         raise CheckpointError(f"checkpoint {path} is corrupted ({str(error).splitlines()[0]})") from None
     if stored != computed:
@@ -207,7 +252,7 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
             f"checkpoint {path} is corrupted: its contents do not match the checksum written with it "
             "(the file changed on disk after it was saved); use another checkpoint of the run"
         )
-    wrong = wrong_kinds(checkpoint) or out_of_range(checkpoint)
+    wrong = wrong_kinds(checkpoint, sharded=path.name == RECORD) or out_of_range(checkpoint)
     if wrong:
         raise CheckpointError(
             f"checkpoint {path} is not a runner checkpoint: {_listing(wrong)} do not hold what runner "
@@ -241,9 +286,16 @@ def check_state_dict_fits(
     mismatched = [
         f"{key} (checkpoint {shape_of(state_dict[key])}, model {list(expected[key].shape)})"
         for key in expected
-        if key in state_dict and shape_of(state_dict[key]) != list(expected[key].shape)
+        if key in state_dict
+        and not is_extra_state(key)
+        and shape_of(state_dict[key]) != list(expected[key].shape)
     ]
-    problems = []
+    mistyped = [
+        f"{key} (checkpoint {state_dict[key].dtype}, model {expected[key].dtype})"
+        for key in expected
+        if isinstance(state_dict.get(key), torch.Tensor) and kind(state_dict[key]) != kind(expected[key])
+    ]
+    problems = [f"other kinds of number: {_listing(mistyped)}"] if mistyped else []
     if missing:
         problems.append(f"missing keys: {_listing(missing)}")
     if unexpected:
@@ -257,6 +309,12 @@ def check_state_dict_fits(
             + ". Check the architecture and key names (compare state_dict().keys()); "
             "the model config must match the one the checkpoint was saved with"
         )
+
+
+def kind(tensor: torch.Tensor) -> tuple[bool, bool]:
+    """Complex, floating point, or neither: loading casts between dtypes of one kind, and between kinds
+    would drop an imaginary part or a fraction silently."""
+    return tensor.is_complex(), tensor.is_floating_point()
 
 
 def is_sharded_folder(path: Path) -> bool:

@@ -4,6 +4,7 @@ value of NaN would block every later best (nothing compares better than NaN). Ch
 read, with the types, so a forged or damaged file is one line naming the key."""
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,11 @@ MOST_PROCESSES = 2**24
 def shown(value: Any) -> Any:
     """A forged integer may have thousands of digits: the line names it without them."""
     return "a huge integer" if isinstance(value, int) and abs(value) >= 10**12 else value
+
+
+def one_line(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 80 else shown[:80] + "..."
 
 
 def out_of_range(checkpoint: Mapping[str, Any]) -> list[str]:
@@ -34,6 +40,9 @@ def out_of_range(checkpoint: Mapping[str, Any]) -> list[str]:
         wrong.append(f"best_val ({best}: a finite number or None)")
     if not 0 <= checkpoint["seed"] < SEEDS:
         wrong.append(f"seed ({shown(checkpoint['seed'])}: in [0, 2**32))")
+    digest = checkpoint.get("frozen_weights_sha256")
+    if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        wrong.append(f"frozen_weights_sha256 ({one_line(digest)}: sha256:<64 hex digits>)")
     if not 1 <= checkpoint["world_size"] <= MOST_PROCESSES:
         wrong.append(f"world_size ({shown(checkpoint['world_size'])}: a number of processes, >= 1)")
     return wrong

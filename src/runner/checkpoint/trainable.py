@@ -1,11 +1,11 @@
 """``checkpoint.trainable_only``: a model with a frozen base (peft's LoRA, or runner's ``freeze``) is
 saved as what trains (every parameter with ``requires_grad``, and the buffers), with the sha256 of
-the frozen parameters' bytes it trained on. Resume, ``eval`` and ``load_model`` rebuild the base from
-the run's config, check it against that digest, and load the rest: a base that changed since (a
-pretrained file replaced) is refused in one line instead of giving other weights silently."""
+the frozen parameters' bytes it trained on. Resume, ``eval``, ``export`` and ``load_model`` rebuild the
+base from the run's config under its seed, check it against that digest, and load the rest: a base that
+changed since (a pretrained file replaced) is refused in one line instead of giving other weights silently."""
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from runner.checkpoint.files import CheckpointError, check_state_dict_fits
+from runner.config.errors import ConfigError
 
 DIGEST_KEY = "frozen_weights_sha256"
 
@@ -38,6 +39,21 @@ def frozen_digest(model: nn.Module, names: Iterable[str] | None = None) -> str:
         hasher.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
         hasher.update(tensor.reshape(-1).view(torch.uint8).numpy())
     return f"sha256:{hasher.hexdigest()}"
+
+
+def check_base_rebuilds(model: nn.Module, rebuild: Callable[[], nn.Module], seed: int) -> None:
+    """A checkpoint keeps only what trains, so ``eval``, ``export`` and ``load_model`` build the frozen base
+    again under the run's seed: one whose weights differ from build to build (drawn from a generator of
+    its own, or from the clock) could never be loaded. Built a second time here, before the run writes."""
+    names = frozen_names(model)
+    if names and frozen_digest(rebuild(), names) != frozen_digest(model, names):
+        raise ConfigError(
+            f"checkpoint.trainable_only=true, but the model's frozen base ({len(names)} parameters, such as "
+            f"{names[0]}) builds other weights each time under the same seed (seed={seed}): its checkpoints, "
+            "which keep only the trained weights, could never be loaded; seed the build (draw from torch's "
+            "generator, which runner seeds before the model is built) or load pretrained weights for the "
+            "base, or set checkpoint.trainable_only=false"
+        )
 
 
 def trainable_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:

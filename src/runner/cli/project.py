@@ -9,7 +9,7 @@ from runner.config.project import Project, active_project, enter_project, find_p
 
 # The commands that build the user's model or data: only these import a project's code. report,
 # consolidate and init read or write files and import none of it; nor does any command's --help.
-BUILDS_USER_CODE = ("train", "eval", "doctor", "lr_find", "verify-resume")
+BUILDS_USER_CODE = ("train", "eval", "export", "doctor", "lr_find", "verify-resume")
 
 
 def enter(start: Path | None = None, code_importable: bool = True) -> Project | None:

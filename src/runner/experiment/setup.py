@@ -33,7 +33,7 @@ from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision, resolve_precision
 from runner.training.reduction import check_reduction
 from runner.training.schedules import Schedule, build_scheduler, fill_planned, named_schedule, schedule_of
-from runner.training.seeding import seed_everything
+from runner.training.seeding import seed_everything, seeded
 
 Build = Callable[..., Any]
 
@@ -183,13 +183,25 @@ class Components:
     test_set: Any = None
 
 
-def build_model_and_data(config: RunConfig, build: Build, device: torch.device) -> Components:
-    """Model first, then data: a hand-written loop's order, so a seed gives the same weights."""
+def build_model(build: Build, config: RunConfig) -> torch.nn.Module:
     model = build_component(build, "model", config.model)
     if not isinstance(model, torch.nn.Module):
         raise ConfigError(
             f"model._target_={config.model['_target_']} built a {type(model).__name__}, not a torch.nn.Module"
         )
+    return model
+
+
+def build_model_as_run(build: Build, config: RunConfig, seed: int) -> torch.nn.Module:
+    """The model as a run of ``seed`` built it (seeded, then the model first), the random states left as
+    they were: a randomly initialised base it froze has the weights it trained on."""
+    with seeded(seed):
+        return build_model(build, config)
+
+
+def build_model_and_data(config: RunConfig, build: Build, device: torch.device) -> Components:
+    """Model first, then data: a hand-written loop's order, so a seed gives the same weights."""
+    model = build_model(build, config)
     datasets = build_component(build, "data.dataset", config.data.dataset)
     if not (isinstance(datasets, tuple | list) and len(datasets) in (2, 3)):
         raise ConfigError(

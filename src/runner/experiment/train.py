@@ -18,6 +18,7 @@ from runner.checkpoint.files import CHECKPOINT_DIR
 from runner.checkpoint.locate import Found, locate_checkpoint, own_checkpoint
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints, PeriodicCheckpointer
 from runner.checkpoint.state import TrainState
+from runner.checkpoint.trainable import check_base_rebuilds
 from runner.config.errors import UserError
 from runner.config.schema import RunConfig
 from runner.config.typed import as_dict
@@ -29,6 +30,7 @@ from runner.experiment.resume import check_planned_values, check_resume_compatib
 from runner.experiment.runplan import Built, run_plan
 from runner.experiment.setup import (
     Build,
+    build_model_as_run,
     build_named,
     build_optimizer,
     build_schedule,
@@ -130,6 +132,8 @@ def train_in_this_process(
     else:
         seed = draw_seed() if config.seed is None else config.seed
     prepared = prepare(config, build, seed, process)
+    if config.checkpoint.trainable_only and checkpoint is None:  # can its checkpoints be loaded again?
+        check_base_rebuilds(prepared.parts.model, lambda: build_model_as_run(build, config, seed), seed)
     device, precision, parts = prepared.device, prepared.precision, prepared.parts
     model = parts.model
     compile_alone = compile_options(config) if not process.distributed and config.strategy == "ddp" else None

@@ -15,6 +15,7 @@ from runner.data.loading import make_loader
 from runner.experiment.setup import Build, build_collate_fn, build_model_and_data, build_named, worker_limit
 from runner.training.device import resolve_device
 from runner.training.precision import resolve_precision
+from runner.training.seeding import seeded
 from runner.training.validation import evaluate
 
 SPLITS = ("val", "test")
@@ -40,7 +41,8 @@ def evaluate_checkpoint(
         as_dict(config), trusted, f"checkpoint {path}", "allow them with allow_targets={targets}"
     )
     device = resolve_device(device_name)
-    parts = build_model_and_data(config, build, device)
+    with seeded(checkpoint["seed"]):  # as the run built them: a random base it froze is the one it trained on
+        parts = build_model_and_data(config, build, device)
     dataset = parts.val_set if split == "val" else parts.test_set
     if dataset is None:
         raise ConfigError(

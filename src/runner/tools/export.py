@@ -3,10 +3,9 @@ format, with that library's public API: the weights as one ``model.safetensors``
 ``save_file``), or a peft model's adapter (peft's ``save_pretrained``: ``adapter_config.json`` and
 ``adapter_model.safetensors``, which ``PeftModel.from_pretrained`` loads). The model is loaded as
 ``load_model`` loads it (the stored config builds it under the same trust rules; a trainable-only
-checkpoint's base is checked against its digest first). Written into a hidden folder and renamed:
-an export is whole or absent, and an existing one is never overwritten."""
+checkpoint's base is checked against its digest first). Written through a staging folder and renamed
+(``export_place.py``): an export is whole or absent, and an existing one is never overwritten."""
 
-import shutil
 from collections.abc import Set
 from pathlib import Path
 
@@ -15,9 +14,11 @@ from torch import nn
 from runner.checkpoint.locate import checkpoint_to_evaluate
 from runner.config.errors import ConfigError
 from runner.experiment.setup import Build
+from runner.tools.export_place import check_output, write_staged
 from runner.tools.trained_model import load_trained_model
 
 FORMATS = ("safetensors", "peft")
+ALLOW = "allow them with allow_targets={targets} on export's command line"
 
 
 def export_run(path: Path, format: str, output: Path | None, build: Build, trusted: Set[str]) -> Path:
@@ -31,22 +32,13 @@ def export_run(path: Path, format: str, output: Path | None, build: Build, trust
         raise ConfigError(f"{path}: no such run directory or checkpoint")
     checkpoint = checkpoint_to_evaluate(path)
     output = output or checkpoint.parent.parent / "export" / format
-    if output.exists():
-        raise ConfigError(
-            f"export: {output} exists and is kept as it is; give another --output, or remove it"
-        )
-    model = load_trained_model(path, build, trusted)
-    writing = output.with_name(f".{output.name}.tmp")
-    shutil.rmtree(writing, ignore_errors=True)  # an export that was cut short
-    writing.mkdir(parents=True)
-    try:
-        if format == "safetensors":
-            write_safetensors(model, writing / "model.safetensors")
-        else:
-            adapter_of(model).save_pretrained(str(writing))
-        writing.rename(output)
-    finally:
-        shutil.rmtree(writing, ignore_errors=True)
+    check_output(output)
+    model = load_trained_model(path, build, trusted, allow=ALLOW)
+    if format == "safetensors":
+        write_staged(output, lambda folder: write_safetensors(model, folder / "model.safetensors"))
+    else:
+        adapter = adapter_of(model)
+        write_staged(output, lambda folder: adapter.save_pretrained(str(folder)))
     return output
 
 

@@ -3,6 +3,8 @@
 import os
 import random
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -27,3 +29,15 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Every random source seeded as a run seeds it before it builds its model, and put back as it was
+    after: ``eval``, ``export`` and ``load_model`` build a run's model as the run built it, so a randomly
+    initialised base it froze has the weights it trained on."""
+    from runner.training.random_state import kept_random_state
+
+    with kept_random_state():
+        seed_everything(seed)
+        yield

@@ -9,6 +9,7 @@ submitit's handler, so the requeued job finds the checkpoint in its own director
 
 import os
 import signal
+import threading
 from types import FrameType
 
 from runner.observe.console import bar_is_drawn
@@ -60,7 +61,9 @@ class GracefulStop:
 
     def __enter__(self) -> "GracefulStop":
         numbers = [signal.SIGTERM, signal.SIGINT] + ([self._preemption] if self._preemption else [])
-        for number in numbers:
+        # Only the main thread takes signals: a run in another (runner.train from a thread) leaves them
+        # to the program's own handlers, and stops at the end of its steps or with the program.
+        for number in numbers if threading.current_thread() is threading.main_thread() else []:
             self._previous[number] = signal.signal(number, self._handle)
         if _pending:
             self.signal_number = _pending.pop()
