@@ -28,7 +28,7 @@ from runner.experiment.param_groups import (
 )
 from runner.training.device import resolve_device
 from runner.training.distributed import ProcessInfo
-from runner.training.manual_step import writes_own_step
+from runner.training.manual_step import check_signature, writes_own_step
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision, resolve_precision
 from runner.training.reduction import check_reduction
@@ -115,6 +115,8 @@ def build_optimizer(build: Build, config: RunConfig, model: torch.nn.Module) -> 
     parameter, as a hand-written loop does. ``optimizer.param_groups`` and ``freeze`` choose them by
     name, and a builder of one's own may ask for ``named_parameters`` or ``model`` (param_groups.py).
     ``optimizers``: several, each over a named part (optimizers.py)."""
+    if writes_own_step(model):
+        check_signature(model)
     if config.optimizers:
         return named_optimizers(config, model, lambda *args: build_component(build, *args))
     optimizer = run_optimizer(build, config, model)
