@@ -131,13 +131,16 @@ EMA_REFUSED = "callbacks.ema: runner.training.callbacks.EMA refused decay=0.999,
       "inv_gamma, a finite number > 0 (1.0 by default); got inv_gamma=True)"),
      ("callbacks.ema.power=inf", f"{EMA_REFUSED}inv_gamma=1.0, power=inf (ValueError: ema takes power, a "
       "finite number > 0, or null; got power=inf)"),
+     ("callbacks.ema.decay=abc", "callbacks.ema: runner.training.callbacks.EMA refused decay=abc, "
+      "warmup=true, inv_gamma=1.0, power=null (ValueError: ema takes a decay in (0, 1); got decay=abc)"),
      ("callbacks.ema.inv_gamma=nan", "callbacks.ema.inv_gamma=nan is not allowed; callbacks.ema.inv_gamma "
       "must be a number (NaN compares false with everything")],
 )  # fmt: skip
-def test_a_non_finite_inv_gamma_or_power_is_refused_in_one_line_naming_it(
+def test_an_ema_setting_that_is_no_finite_number_is_refused_in_one_line_naming_it(
     tmp_path, monkeypatch, capsys, override, expected
 ):
-    """inf passed ``> 0`` before: the warmup's decay became a constant, and the run said nothing."""
+    """inf passed ``> 0`` before (the warmup's decay became a constant, and the run said nothing), and a
+    string decay was a traceback-like line about the _target_."""
     from runner.cli.main import main
 
     monkeypatch.chdir(tmp_path)

@@ -186,11 +186,14 @@ class EarlyStopping:
         )
 
 
+def is_number(value: object) -> bool:
+    """An int or a float, not a bool (``true`` is no rate) nor a string (``abc`` compares with nothing)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def positive_number(value: object) -> bool:
-    """A finite number > 0, not a bool (``true`` is no rate)."""
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    )
+    """A finite number > 0."""
+    return is_number(value) and math.isfinite(value) and value > 0
 
 
 class EMA:
@@ -206,7 +209,7 @@ class EMA:
     def __init__(
         self, decay: float = 0.999, warmup: bool = False, inv_gamma: float = 1.0, power: float | None = None
     ):
-        if not 0.0 < decay < 1.0 or math.isnan(decay):
+        if not (is_number(decay) and 0.0 < decay < 1.0):
             raise ValueError(f"ema takes a decay in (0, 1); got decay={decay}")
         if not isinstance(warmup, bool):
             raise ValueError(f"ema takes warmup true or false; got warmup={warmup}")
