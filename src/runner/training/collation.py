@@ -4,6 +4,7 @@ collate (or ``data.collate_fn``) cannot build from the data set's samples is a o
 validation batches' collator of the user's is tried too, on the first and the last validation batch
 (a collator for training only, timm's Mixup, refuses an odd one), not an epoch later."""
 
+import collections
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -68,12 +69,10 @@ def check_validation_collation(loader: DataLoader, key: str) -> None:
     sampler = loader.sampler
     if loader.collate_fn is default_collate or loader.batch_size is None or not hasattr(sampler, "__len__"):
         return
-    indices = list(iter(sampler))
-    batch_size = loader.batch_size
-    batches = {
-        "first": indices[:batch_size],
-        "last": indices[(len(indices) - 1) // batch_size * batch_size :],
-    }
+    batch_size, count = loader.batch_size, len(sampler)
+    # The last batch's indices held, not the whole set's (a large validation set).
+    last = list(collections.deque(iter(sampler), maxlen=count - (count - 1) // batch_size * batch_size))
+    batches = {"first": list(itertools.islice(iter(sampler), batch_size)), "last": last}
     for which, chosen in batches.items():
         if not chosen:
             return
@@ -93,5 +92,5 @@ def check_validation_collation(loader: DataLoader, key: str) -> None:
                 "are collated by data.collate_fn unless data.val_collate_fn is set: for a collator that "
                 "only training batches need (Mixup, CutMix), set data.val_collate_fn=default"
             ) from None
-        if which == "first" and len(indices) <= batch_size:
+        if which == "first" and count <= batch_size:
             return
