@@ -63,6 +63,10 @@ def test_an_update_on_the_last_micro_batch_only_trains(train_here):
      ("ReturnsDetached", "training_step returned 'loss' with no gradient (requires_grad=False); it must "
       "return a scalar loss tensor or a dict of named scalar loss tensors (logged as train/<name>), among "
       "them a loss computed by the step"),
+     ("ReturnsAFloatBeside", "training_step returned a float as 'lr_hint'; it must return a scalar loss "
+      "tensor or a dict of named scalar loss tensors"),
+     ("ReturnsAVector", "training_step returned a tensor of shape (1,); it must return a scalar loss tensor"),
+     ("ReturnsNothing", "training_step returned None; it must return a scalar loss tensor"),
      ("OneArgument", "OneArgument.training_step(batch) cannot be called as runner calls it, "
       "training_step(batch, step)"),
      ("LightningStyle", "LightningStyle.training_step(batch, batch_idx) is a LightningModule's step, and "

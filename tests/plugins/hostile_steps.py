@@ -77,3 +77,25 @@ class LightningStepRenamed(TwoLayers):
 
     def training_step(self, batch, index) -> torch.Tensor:
         return self.loss(batch)
+
+
+class ReturnsAFloatBeside(TwoLayers):
+    def training_step(self, batch, step) -> dict:
+        loss = self.loss(batch)
+        step.backward(loss)
+        step.update()
+        return {"loss": loss, "lr_hint": 0.5}
+
+
+class ReturnsAVector(TwoLayers):
+    def training_step(self, batch, step) -> torch.Tensor:
+        loss = self.loss(batch)
+        step.backward(loss)
+        step.update()
+        return loss.reshape(1)
+
+
+class ReturnsNothing(TwoLayers):
+    def training_step(self, batch, step) -> None:
+        step.backward(self.loss(batch))
+        step.update()

@@ -133,8 +133,15 @@ def losses_of(returned: Any) -> dict[str, torch.Tensor]:
     would log a number that is not the model's loss."""
     named = returned if isinstance(returned, Mapping) else {"loss": returned}
     allowed = "a scalar loss tensor or a dict of named scalar loss tensors (logged as train/<name>)"
-    if not named or not all(isinstance(v, torch.Tensor) and v.ndim == 0 for v in named.values()):
-        raise UserError(f"{OWN_STEP} must return {allowed}, not {type(returned).__name__}")
+    if not named:
+        raise UserError(f"{OWN_STEP} must return {allowed}, not an empty {type(returned).__name__}")
+    for name, value in named.items():
+        if not (isinstance(value, torch.Tensor) and value.ndim == 0):
+            what = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else (
+                "None" if value is None else f"a {type(value).__name__}"
+            )  # fmt: skip
+            where = f" as {name!r}" if isinstance(returned, Mapping) else ""
+            raise UserError(f"{OWN_STEP} returned {what}{where}; it must return {allowed}")
     for name, value in named.items():
         if value.is_complex() or value.is_meta:
             what = "a tensor on the meta device" if value.is_meta else f"a complex tensor ({value.dtype})"
