@@ -4,9 +4,12 @@ newline, triple quotes, a space) is one line naming what a name may be, nothing 
 run's folder (where runner would never find the project) is one line too."""
 
 import ast
+import importlib
+import sys
 
 import pytest
 import tomllib
+import torch
 from conftest import TINY
 
 from runner.cli.main import main
@@ -47,8 +50,17 @@ def test_a_name_with_the_marks_a_project_may_have_writes_a_project_that_parses(t
     folder = tmp_path / name
     package = name.replace("-", "_").replace(".", "_").lower()
     assert tomllib.loads((folder / "pyproject.toml").read_text())["project"]["name"] == name
-    for path in (folder / "src" / package).glob("*.py"):
+    assert (folder / "src" / package / "models.py").is_file()
+    for path in folder.rglob("*.py"):
         ast.parse(path.read_text(), str(path))
+    monkeypatch.syspath_prepend(str(folder / "src"))
+    try:
+        models = importlib.import_module(f"{package}.models")
+        assert importlib.import_module(package).__doc__.startswith(f"{name}: ")
+        assert models.TwoLayerNet([2], 2)(torch.zeros(1, 2)).shape == (1, 2)
+    finally:
+        for module in [module for module in sys.modules if module.split(".")[0] == package]:
+            del sys.modules[module]
 
 
 def test_init_inside_a_run_folder_is_refused_in_one_line(train_here, tmp_path, monkeypatch, capsys):
