@@ -66,3 +66,15 @@ def test_a_profile_folder_that_is_a_file_is_refused_and_left_as_it_was(tmp_path,
     )
     assert [path.name for path in run_dir.iterdir()] == ["profile"]
     assert profile.read_text() == "a user's notes"
+
+
+def test_a_resume_from_before_the_steps_names_the_trace_it_takes_beside_the_first(train_here, caplog):
+    """The steps recorded again take a name nothing holds (``take2``), and the plan says that name."""
+    steps = ("profile.steps=[2,3]", "checkpoint.every_n_steps=1", "checkpoint.keep_last=10")
+    run_dir = train_here(*TINY, *steps)
+    caplog.clear()
+    first = run_dir / "checkpoints" / "step_00000001.pt"
+    train_here(*TINY, *steps, f"resume={first}", run_dir=run_dir)
+    again = run_dir / "profile" / "steps_2-3.take2.trace.json.gz"
+    assert again.is_file()
+    assert f"profile optimizer steps 2-3 -> {again}; open it" in plan_of(caplog.messages)

@@ -98,7 +98,10 @@ def profile_plan(
     outside = f"this run's steps {start_step + 1}-{total_steps}"
     if steps is None:
         return f"optimizer steps {first}-{last}: none of them is among {outside}, nothing is recorded"
-    trace = trace_path(run_dir, steps)
+    take = 1  # the name the trace will take: the first that nothing holds (linked_as_new)
+    while os.path.lexists(trace_path(run_dir, steps, take=take)):
+        take += 1
+    trace = trace_path(run_dir, steps, take=take)
     text = (
         f"optimizer steps {steps[0]}-{steps[1]} -> {trace}; {OPEN_TRACE}; a run stopped inside them keeps "
         "the steps it recorded, named by them (steps_<first>-<last>)"
