@@ -97,6 +97,15 @@ def test_a_nonfinite_loss_beside_a_finite_update_stops_the_run_under_raise(tmp_p
     assert err.startswith("non-finite loss returned by training_step (other nan) at optimizer step 2 "), err
 
 
+def test_a_nonfinite_loss_that_made_its_gradient_nonfinite_is_said_as_the_gradient(
+    tmp_path, monkeypatch, capsys
+):
+    """Its update was skipped for the gradient (the loss check does not claim it was applied)."""
+    err = refused(tmp_path, monkeypatch, capsys, "model._target_=hostile_steps.BackwardsANan")
+    assert err.startswith("non-finite gradient (total norm nan) at optimizer step 2 "), err
+    assert "the update was not applied" in err
+
+
 def test_a_nonfinite_loss_beside_a_finite_update_is_a_skipped_step_under_skip(train_here):
     run_dir = train_here(*TINY, "model._target_=hostile_steps.ReturnsNonFinite", "on_nonfinite=skip")
     assert read_scalars(run_dir)["train/skipped_steps"] == [(1, 0.0), (2, 1.0), (3, 1.0), (4, 1.0)]

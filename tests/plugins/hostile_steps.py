@@ -99,3 +99,16 @@ class ReturnsNothing(TwoLayers):
     def training_step(self, batch, step) -> None:
         step.backward(self.loss(batch))
         step.update()
+
+
+class BackwardsANan(TwoLayers):
+    """A NaN loss on the second step, backwarded: its update is skipped for its gradient."""
+
+    calls = 0
+
+    def training_step(self, batch, step) -> torch.Tensor:
+        self.calls += 1
+        loss = self.loss(batch) * (float("nan") if self.calls == 2 else 1.0)
+        step.backward(loss)
+        step.update()
+        return loss

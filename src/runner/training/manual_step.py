@@ -237,7 +237,7 @@ def manual_train_step(
     named.zero_grad(set_to_none=True)  # what a backward left on parts no update cleared
     loss = totals["loss"] if "loss" in totals else sum(totals.values())
     result = result_of(learner, named, updates, loss, totals, sum(counts), batch, returned, keep_last)
-    if nonfinite:
+    if nonfinite and result.applied:  # a skipped update says its non-finite gradient
         result.applied, result.nonfinite_loss = False, nonfinite
     return result
 
