@@ -70,16 +70,18 @@ def test_an_update_on_the_last_micro_batch_only_trains(train_here):
      ("OneArgument", "OneArgument.training_step(batch) cannot be called as runner calls it, "
       "training_step(batch, step)"),
      ("LightningStyle", "LightningStyle.training_step(batch, batch_idx) is a LightningModule's step, and "
-      "runner's is not Lightning's: runner calls training_step(batch, step)")],
+      "runner's is not Lightning's: runner calls training_step(batch, step)"),
+     ("LightningOneArgument", "LightningOneArgument.training_step(batch) is a LightningModule's step, and "
+      "runner's is not Lightning's")],
 )  # fmt: skip
 def test_a_step_runner_cannot_take_is_one_line_naming_what_it_is_and_what_is_allowed(
     tmp_path, monkeypatch, capsys, model, expected
 ):
     err = refused(tmp_path, monkeypatch, capsys, f"model._target_=hostile_steps.{model}")
     assert err.startswith(expected), err
-    if model in ("OneArgument", "LightningStyle"):  # refused as the optimizer is built
+    if model in ("OneArgument", "LightningStyle", "LightningOneArgument"):  # as the optimizer is built
         assert not (tmp_path / "run").exists()
-    if model == "LightningStyle":
+    if model.startswith("Lightning"):
         assert "docs/coming-from.md" in err
 
 

@@ -112,3 +112,13 @@ class BackwardsANan(TwoLayers):
         step.backward(loss)
         step.update()
         return loss
+
+
+class LightningOneArgument(TwoLayers):
+    """Lightning 2's step without batch_idx, on a module with Lightning's configure_optimizers."""
+
+    def training_step(self, batch) -> torch.Tensor:
+        return self.loss(batch)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)

@@ -39,14 +39,18 @@ def writes_own_step(model: torch.nn.Module) -> bool:
 
 def check_signature(model: torch.nn.Module) -> None:
     """Before anything is written: runner calls ``training_step(batch, step)``. A step of another
-    shape (one argument; Lightning's ``(batch, batch_idx)``, which returns a loss for Lightning's
-    trainer to step) is refused naming runner's."""
+    shape (one argument; Lightning's ``(batch, batch_idx)``, or ``(batch)`` on a module with Lightning's
+    ``configure_optimizers``, which returns a loss for Lightning's trainer to step) is refused naming
+    runner's."""
     try:
         parameters = list(inspect.signature(getattr(model, OWN_STEP)).parameters)
     except (TypeError, ValueError):  # no signature to read (a builtin): the call says
         return
     name = f"{type(model).__name__}.{OWN_STEP}({', '.join(parameters)})"
-    if len(parameters) > 1 and parameters[1] == "batch_idx":
+    lightning = (len(parameters) > 1 and parameters[1] == "batch_idx") or hasattr(
+        model, "configure_optimizers"
+    )
+    if lightning and parameters[1:2] != ["step"]:
         raise UserError(
             f"{name} is a LightningModule's step, and runner's is not Lightning's: runner calls "
             f"{SIGNATURE}, where the step calls step.backward(loss) and step.update() itself; for a model "
