@@ -203,19 +203,29 @@ def test_a_sweep_under_torchrun_runs_each_job_on_every_rank(tmp_path):
     assert "runner: error: hparams_search=digits_optuna: under torchrun a sweep runs" in optuna.stderr
 
 
-@pytest.mark.parametrize("model", ["causal_lm.TinyCausalLM", "counted_lm.CountedCausalLM"],
-                         ids=["counted-from-labels", "said-by-the-model"])  # fmt: skip
+# AdamW cannot see a uniform scale of the gradients (a 1/P left by the averaging over processes): plain SGD,
+# unclipped, steps by the gradient itself, so a scale there moves the weights.
+SGD = ("optimizer._target_=torch.optim.SGD", "~optimizer.betas", "optimizer.lr=0.5",
+       "optimizer.weight_decay=0", "clip=null")  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "optimizer"),
+                         [("causal_lm.TinyCausalLM", ()), ("counted_lm.CountedCausalLM", ()),
+                          ("causal_lm.TinyCausalLM", SGD)],
+                         ids=["counted-from-labels", "said-by-the-model", "sgd"])  # fmt: skip
 def test_two_processes_weigh_padded_lm_batches_by_every_process_tokens(
-    tmp_path, model, train_here, monkeypatch
+    tmp_path, model, optimizer, train_here, monkeypatch
 ):
     """Lines of different lengths: 2 processes x 1 line x accumulate 2 give the weights of 1 process x 4
     lines, because each micro-batch weighs by its tokens over all the processes' tokens of the step,
     counted from the labels or said by the model's output. The one process trains in this process (the
-    real composed config): only the two need processes of their own."""
+    real composed config): only the two need processes of their own. With SGD the gradient's scale
+    shows in the weights too (AdamW's update does not change with it)."""
     example = REPO / "examples" / "causal_lm"
     env = {**ENV, "PYTHONPATH": str(example) + os.pathsep + ENV["PYTHONPATH"]}
     lm = (f"hydra.searchpath=[file://{example / 'conf'}]", "+experiment=causal_lm", "callbacks=none",
-          f"model._target_={model}", "model.width=16", "model.layers=1", "trainer.max_steps=4")  # fmt: skip
+          f"model._target_={model}", "model.width=16", "model.layers=1", "trainer.max_steps=4",
+          *optimizer)  # fmt: skip
     monkeypatch.syspath_prepend(str(example))  # as env's PYTHONPATH (train_here adds the test plug-ins)
     train_here(*lm, "data.batch_size=4", run_dir=tmp_path / "one")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",

@@ -118,3 +118,35 @@ def test_a_power_without_the_warmup_is_refused_in_one_line(run, tmp_path):
     )
     assert "ema's power=0.75 shapes its warmup; set warmup=true, or leave power out" in message
     assert "\n" not in message and not list((tmp_path / "refused").iterdir())
+
+
+EMA_REFUSED = "callbacks.ema: runner.training.callbacks.EMA refused decay=0.999, warmup=true, "
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [("callbacks.ema.inv_gamma=inf", f"{EMA_REFUSED}inv_gamma=inf, power=null (ValueError: ema takes "
+      "inv_gamma, a finite number > 0 (1.0 by default); got inv_gamma=inf)"),
+     ("callbacks.ema.inv_gamma=true", f"{EMA_REFUSED}inv_gamma=true, power=null (ValueError: ema takes "
+      "inv_gamma, a finite number > 0 (1.0 by default); got inv_gamma=True)"),
+     ("callbacks.ema.power=inf", f"{EMA_REFUSED}inv_gamma=1.0, power=inf (ValueError: ema takes power, a "
+      "finite number > 0, or null; got power=inf)"),
+     ("callbacks.ema.decay=abc", "callbacks.ema: runner.training.callbacks.EMA refused decay=abc, "
+      "warmup=true, inv_gamma=1.0, power=null (ValueError: ema takes a decay in (0, 1); got decay=abc)"),
+     ("callbacks.ema.inv_gamma=nan", "callbacks.ema.inv_gamma=nan is not allowed; callbacks.ema.inv_gamma "
+      "must be a number (NaN compares false with everything")],
+)  # fmt: skip
+def test_an_ema_setting_that_is_no_finite_number_is_refused_in_one_line_naming_it(
+    tmp_path, monkeypatch, capsys, override, expected
+):
+    """inf passed ``> 0`` before (the warmup's decay became a constant, and the run said nothing), and a
+    string decay was a traceback-like line about the _target_."""
+    from runner.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "callbacks=ema", "callbacks.ema.warmup=true", override, "trainer.max_steps=2"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"runner: error: {expected}"), err
+    assert list(tmp_path.iterdir()) == []

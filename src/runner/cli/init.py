@@ -10,9 +10,10 @@ INIT_HELP = """usage: python -m runner init NAME
 Makes the folder NAME, a project of your own: a package (src/NAME/) with a model and a data set that
 learn, their configs (conf/model/, conf/data/), a pyproject.toml whose [tool.runner] table lets every
 runner command that builds them find them from this folder or below (no PYTHONPATH, no
-hydra.searchpath), a README and a test. Refuses a folder that exists and is not empty, and a name that
-is importable already (torch, yaml, json, ...). init . makes the project in the working folder, named
-after it.
+hydra.searchpath), a README and a test. NAME is the project's name and its package's (- and . as _):
+ASCII letters, digits, - _ and ., starting with a letter and ending with a letter or digit. Refuses a
+folder that exists and is not empty, a folder inside a run's folder, and a name that is importable
+already (torch, yaml, json, ...). init . makes the project in the working folder, named after it.
 """
 
 

@@ -30,6 +30,10 @@ MONITOR = Rule(
 )
 NAMED_SCHEDULES = ("none", "cosine", "step")
 PEER_TIMEOUT_S = 300  # peer_timeout_s's default: read before the config exists (training/distributed.py)
+VAL_COLLATE = Rule(
+    "null (data.collate_fn's), default (torch's default collate) or a collator's _target_ config",
+    lambda v: v is None or v == "default" or (isinstance(v, Mapping) and "_target_" in v),
+)
 OPTIONAL_BOOLEAN = Rule("true, false or null (torch's default)", lambda v: v is None or isinstance(v, bool))
 
 
@@ -71,6 +75,9 @@ class DataConfig:
     num_workers: int = setting(0, rule=int_at_least(0), resume="may_change")
     # A _target_ building the DataLoader's collate_fn (a padding collator); null: torch's default.
     collate_fn: Any = setting(None)
+    # The validation batches' collator: null, data.collate_fn's (a padding collator pads both); default,
+    # torch's default collate (a collator for training only: Mixup, CutMix); or a _target_ of its own.
+    val_collate_fn: Any = setting(None, rule=VAL_COLLATE, resume="may_change")
     # Where a dict batch holds its targets, for the loss and the metrics.
     target_key: str = setting("labels", rule=Rule("a key name", lambda v: isinstance(v, str) and v != ""))
 

@@ -193,10 +193,12 @@ def make_loaders(
     drop_last: bool = False,
     collate_fn: Callable | None = None,
     order: Sampler[int] | None = None,
+    val_collate_fn: Callable | None = None,
 ) -> tuple[DataLoader, DataLoader, EpochSampler | None]:
     """Train and validation loaders; the train sampler (``None`` for a stream) is returned to be
     stepped per epoch. ``order``: a sampler of the user's that orders the training set instead of
-    ``randperm(seed + epoch)``. Validation never drops a batch."""
+    ``randperm(seed + epoch)``. Validation never drops a batch; its batches are collated by
+    ``val_collate_fn``, ``collate_fn`` when None (a collator for training only, Mixup, gives another)."""
     if is_stream(train_set):
         train_sampler = None
     elif order is not None:
@@ -206,7 +208,8 @@ def make_loaders(
     val_sampler = None if is_stream(val_set) else EpochSampler(len(val_set), False, seed, rank, world_size)
     common = {"seed": seed, "pin_memory": pin_memory, "num_workers": num_workers, "collate_fn": collate_fn}
     train_loader = make_loader(train_set, batch_size, sampler=train_sampler, drop_last=drop_last, **common)
-    val_loader = make_loader(val_set, val_batch_size or batch_size, sampler=val_sampler, **common)
+    val_common = {**common, "collate_fn": val_collate_fn or collate_fn}
+    val_loader = make_loader(val_set, val_batch_size or batch_size, sampler=val_sampler, **val_common)
     return train_loader, val_loader, train_sampler
 
 

@@ -23,6 +23,7 @@ import torch
 
 from runner.checkpoint.durable import WriteError, writing
 from runner.checkpoint.state import TrainState
+from runner.config.errors import ConfigError, show
 from runner.config.schema import ProfileConfig
 from runner.training.phases import Ranges, recording
 
@@ -56,17 +57,59 @@ def linked_as_new(made: Path, names: Callable[[int], Path]) -> Path:
             take += 1
 
 
-def profile_plan(profile: ProfileConfig, run_dir: Path, device: torch.device) -> str | None:
-    """The run plan's row: what is recorded and where; None when nothing is."""
+def recorded_steps(profile: ProfileConfig, total_steps: int, start_step: int) -> list[int] | None:
+    """The steps of ``profile.steps`` this run takes (after ``start_step``, up to ``total_steps``),
+    which its trace is named by; None when it takes none of them."""
+    first, last = max(profile.steps[0], start_step + 1), min(profile.steps[1], total_steps)
+    return [first, last] if first <= last else None
+
+
+def check_profile(profile: ProfileConfig, run_dir: Path, total_steps: int, start_step: int) -> None:
+    """Before anything is written: a new run whose ``profile.steps`` begin past its last planned step
+    would record nothing (a resume past them says so in its plan), and the traces' folder must be a
+    folder of the run's, not a file or a link."""
+    if profile.steps is None:
+        return
+    key = f"profile.steps={show(list(profile.steps))}"
+    if start_step == 0 and recorded_steps(profile, total_steps, start_step) is None:
+        raise ConfigError(
+            f"{key}: the run plans {total_steps:,} optimizer steps, so step {profile.steps[0]} is past its "
+            f"end and nothing would be recorded; profile.steps must be [first, last] with 1 <= first <= "
+            f"{total_steps:,}"
+        )
+    folder = run_dir / PROFILE_DIR
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        what = "a link" if folder.is_symlink() else "a file"
+        raise ConfigError(
+            f"{key}: {folder}, where the run's traces go, is {what}, not a folder; move it away, or "
+            "give the run another folder (hydra.run.dir)"
+        )
+
+
+def profile_plan(
+    profile: ProfileConfig, run_dir: Path, device: torch.device, total_steps: int, start_step: int = 0
+) -> str | None:
+    """The run plan's row: what is recorded and where (the steps of ``profile.steps`` this run takes,
+    the name its trace gets); None when nothing is asked."""
     if profile.steps is None:
         return None
     first, last = profile.steps
+    steps = recorded_steps(profile, total_steps, start_step)
+    outside = f"this run's steps {start_step + 1}-{total_steps}"
+    if steps is None:
+        return f"optimizer steps {first}-{last}: none of them is among {outside}, nothing is recorded"
+    take = 1  # the name the trace will take: the first that nothing holds (linked_as_new)
+    while os.path.lexists(trace_path(run_dir, steps, take=take)):
+        take += 1
+    trace = trace_path(run_dir, steps, take=take)
     text = (
-        f"optimizer steps {first}-{last} -> {trace_path(run_dir, profile.steps)}; {OPEN_TRACE}; a run "
-        "stopped inside them keeps the steps it recorded, named by them (steps_<first>-<last>)"
+        f"optimizer steps {steps[0]}-{steps[1]} -> {trace}; {OPEN_TRACE}; a run stopped inside them keeps "
+        "the steps it recorded, named by them (steps_<first>-<last>)"
     )
+    if steps != [first, last]:
+        text += f"; of profile.steps={first}-{last}, the others are not among {outside}"
     if profile.memory:
-        where = memory_path(trace_path(run_dir, profile.steps)) if device.type == "cuda" else None
+        where = memory_path(trace) if device.type == "cuda" else None
         text += (
             f"; memory snapshot -> {where}" if where else "; profile.memory: CUDA only, off on this device"
         )
@@ -140,7 +183,7 @@ class StepProfiler:
                             trace_path(self.run_dir, held, self.rank, take)
                         ))  # fmt: skip
                         log.info("profile: memory snapshot in %s; %s", kept, OPEN_MEMORY)
-        except WriteError as error:
+        except (WriteError, OSError) as error:  # a refused write, or a file put where the folder was
             log.warning("profile: the trace of steps %d-%d is not kept: %s; the run goes on", *held, error)
         finally:
             if snapshot:

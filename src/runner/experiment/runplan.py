@@ -48,6 +48,7 @@ class Built:
     speed_notes: list[str]
     world_size: int = 1
     resumed_from: str | None = None
+    start_step: int = 0  # the steps a resumed run had done
     reapplied: Sequence[str] = ()  # a resume's overrides taken again from the run's record
     spread_notes: dict[str, str] = field(default_factory=dict)  # strategy, activation checkpointing
     schedule_counted: bool = False  # stepped as timm's loop steps it
@@ -256,7 +257,15 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
         ("clip", f"max grad norm {config.clip:g}, after backward" if config.clip else "off (norms logged)"),
         ("checkpoints", checkpoint_plan(config.checkpoint, config.strategy == "fsdp")),
         *([("speed", "; ".join(built.speed_notes))] if built.speed_notes else []),
-        *([("profile", text)] if (text := profile_plan(config.profile, built.run_dir, built.device)) else []),
+        *(
+            [("profile", text)]
+            if (
+                text := profile_plan(
+                    config.profile, built.run_dir, built.device, built.total_steps, built.start_step
+                )
+            )
+            else []
+        ),
         *([("resumed from", built.resumed_from)] if built.resumed_from else []),
         *([("re-applied", packed(built.reapplied, WIDTH - NAME_WIDTH - 3))] if built.reapplied else []),
         ("run dir", str(built.run_dir)),

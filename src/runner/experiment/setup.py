@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, default_collate
 
 from runner.config.closest import unexpected_argument_hint
 from runner.config.errors import ConfigError, show
@@ -26,9 +26,10 @@ from runner.experiment.param_groups import (
     no_decay_split,
     offered_by_name,
 )
+from runner.training.collation import check_validation_collation
 from runner.training.device import resolve_device
 from runner.training.distributed import ProcessInfo
-from runner.training.manual_step import writes_own_step
+from runner.training.manual_step import check_signature, writes_own_step
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision, resolve_precision
 from runner.training.reduction import check_reduction
@@ -115,6 +116,8 @@ def build_optimizer(build: Build, config: RunConfig, model: torch.nn.Module) -> 
     parameter, as a hand-written loop does. ``optimizer.param_groups`` and ``freeze`` choose them by
     name, and a builder of one's own may ask for ``named_parameters`` or ``model`` (param_groups.py).
     ``optimizers``: several, each over a named part (optimizers.py)."""
+    if writes_own_step(model):
+        check_signature(model)
     if config.optimizers:
         return named_optimizers(config, model, lambda *args: build_component(build, *args))
     optimizer = run_optimizer(build, config, model)
@@ -248,12 +251,16 @@ def prepare(config: RunConfig, build: Build, seed: int, process: ProcessInfo | N
     parts = build_model_and_data(config, build, device)
     data = config.data
     collate_fn = build_collate_fn(build, config)
+    val_collate_fn = build_collate_fn(build, config, validation=True)
     order = build_sampler(build, config, parts.train_set, seed)
     train_loader, val_loader, train_sampler = make_loaders(
         parts.train_set, parts.val_set, data.batch_size, data.shuffle, data.num_workers, seed,
         pin_memory=device.type == "cuda", rank=process.rank, world_size=process.world_size,
         val_batch_size=data.val_batch_size, drop_last=data.drop_last, collate_fn=collate_fn, order=order,
+        val_collate_fn=val_collate_fn,
     )  # fmt: skip
+    key = "data.collate_fn" if data.val_collate_fn is None else "data.val_collate_fn"
+    check_validation_collation(val_loader, key)  # before anything is written, not an epoch later
     return Prepared(device, precision, parts, train_loader, val_loader, train_sampler)
 
 
@@ -285,15 +292,21 @@ def check_num_workers(num_workers: int) -> None:
         )
 
 
-def build_collate_fn(build: Build, config: RunConfig) -> Callable | None:
-    if config.data.collate_fn is None:
+def build_collate_fn(build: Build, config: RunConfig, validation: bool = False) -> Callable | None:
+    """``data.collate_fn``, or with ``validation`` the validation batches' (``data.val_collate_fn``:
+    null is ``data.collate_fn``'s, ``default`` torch's ``default_collate``); None: torch's default."""
+    key, spec = "data.collate_fn", config.data.collate_fn
+    if validation and config.data.val_collate_fn is not None:
+        if config.data.val_collate_fn == "default":
+            return default_collate
+        key, spec = "data.val_collate_fn", config.data.val_collate_fn
+    if spec is None:
         return None
-    collate_fn = build_component(build, "data.collate_fn", config.data.collate_fn)
+    collate_fn = build_component(build, key, spec)
     if not callable(collate_fn):
         raise ConfigError(
-            f"data.collate_fn._target_={config.data.collate_fn['_target_']} built a "
-            f"{type(collate_fn).__name__}, which cannot be called; point it at a collator class, or at "
-            "a function with _partial_: true"
+            f"{key}._target_={spec['_target_']} built a {type(collate_fn).__name__}, which cannot be "
+            "called; point it at a collator class, or at a function with _partial_: true"
         )
     return collate_fn
 

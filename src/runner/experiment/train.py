@@ -26,6 +26,7 @@ from runner.data.loading import SamplerOrder, StreamPosition, batches_per_epoch
 from runner.experiment.finish import Run, report_end, resume_advice, watch_of
 from runner.experiment.lock import refuse_if_held, run_dir_lock
 from runner.experiment.parallel import oom_policy, spread_model
+from runner.experiment.profiling import check_profile
 from runner.experiment.resume import check_planned_values, check_resume_compatible, check_world_size
 from runner.experiment.runplan import Built, run_plan
 from runner.experiment.setup import (
@@ -180,6 +181,7 @@ def train_in_this_process(
         stateful.load_state_dicts(checkpoint, found.path)
         state.load_state_dict(checkpoint)
         restore_rng_states(checkpoint["rng_states"], found.path)  # nothing draws from them yet
+    check_profile(config.profile, run_dir, total_steps, state.step)  # before anything is written
     stream_restored = keeps_position and checkpoint is not None and "dataset_state_dict" in checkpoint
     loaders = Loaders(
         prepared.train_loader, prepared.train_sampler, prepared.val_loader, stream_restored, position, seed
@@ -202,8 +204,8 @@ def train_in_this_process(
         device=device, precision=precision, seed=seed, model=model, optimizer=optimizer,
         loss_fn=parts.loss_fn, train_set=parts.train_set, val_set=parts.val_set, total_steps=total_steps,
         steps_per_epoch=per_epoch, run_dir=run_dir, speed_notes=speed.notes, world_size=process.world_size,
-        resumed_from=resumed_from, reapplied=found.reapplied if found else (), spread_notes=spread.notes,
-        schedule_counted=schedule.counted))  # fmt: skip
+        resumed_from=resumed_from, start_step=state.step, reapplied=found.reapplied if found else (),
+        spread_notes=spread.notes, schedule_counted=schedule.counted))  # fmt: skip
     log.info(plan)
     logger: MetricLogger = NullLogger()
     checkpointer: Checkpointer = NoCheckpoints()

@@ -55,7 +55,7 @@ def evaluate_checkpoint(
         dataset, config.data.val_batch_size or config.data.batch_size, seed=0,
         # The checkpoint's number of workers, up to what this machine takes: eval has no setting for it.
         pin_memory=device.type == "cuda", num_workers=min(config.data.num_workers, worker_limit()),
-        collate_fn=build_collate_fn(build, config),
+        collate_fn=build_collate_fn(build, config, validation=True),  # data.val_collate_fn
     )  # fmt: skip
     precision = resolve_precision(config.precision, device, suggest=False)
     metrics = evaluate(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from runner.config.code_folder import package_taken
 from runner.config.errors import ConfigError
+from runner.config.project import holds_a_run
 
 PYPROJECT = """[build-system]
 requires = ["hatchling"]
@@ -154,14 +155,20 @@ __pycache__/
 """
 
 
+# A project's name goes into pyproject.toml, a docstring and the README as it is: a name as PEP 508
+# has it (ASCII letters and digits, with - _ . inside), whose package (- and . as _) is an identifier.
+PROJECT_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
 def package_name(name: str) -> str:
     """The Python package a project called ``name`` holds: ``my-lab`` -> ``my_lab``. Not one that is
     importable already (``torch``, ``yaml``, ``json``): the project's would hide it in every run."""
-    package = re.sub(r"\W", "_", name).lower()
-    if not package.isidentifier() or keyword.iskeyword(package) or package.startswith("_"):
+    package = re.sub(r"[-.]", "_", name).lower()
+    if not PROJECT_NAME.fullmatch(name) or keyword.iskeyword(package):
         raise ConfigError(
-            f"init {name}: a project's name is its package's name too: letters, digits, - and _, "
-            "starting with a letter (e.g. runner init lab)"
+            f"init {name if name.isprintable() else repr(name)}: a project's name is its package's name "
+            "too: ASCII letters, digits, - _ and ., starting with a letter and ending with a letter or "
+            "digit (e.g. runner init lab)"
         )
     taken = package_taken(package)
     if taken is not None:
@@ -191,6 +198,14 @@ def create_project(folder: Path) -> list[Path]:
     leaves nothing behind, and the same command can run again."""
     name = folder.absolute().resolve().name if folder.name in ("", ".", "..") else folder.name
     package = package_name(name)
+    inside = next(
+        (above for above in (folder.absolute(), *folder.absolute().parents) if holds_a_run(above)), None
+    )
+    if inside is not None:
+        raise ConfigError(
+            f"init {folder}: {inside} holds a run (runner wrote a run there), and a run's folder is data, "
+            "never a project: runner would not find it; make the project outside it"
+        )
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         what = "a file" if not folder.is_dir() else "a folder that is not empty"
         raise ConfigError(f"init {folder}: it is {what}; give a new name (runner init NAME)")

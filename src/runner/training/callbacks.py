@@ -186,6 +186,16 @@ class EarlyStopping:
         )
 
 
+def is_number(value: object) -> bool:
+    """An int or a float, not a bool (``true`` is no rate) nor a string (``abc`` compares with nothing)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def positive_number(value: object) -> bool:
+    """A finite number > 0."""
+    return is_number(value) and math.isfinite(value) and value > 0
+
+
 class EMA:
     """An exponential moving average of the floating-point parameters and buffers, updated after every
     optimizer step: ``average = decay * average + (1 - decay) * weight``. Validation (so best.pt's
@@ -199,12 +209,17 @@ class EMA:
     def __init__(
         self, decay: float = 0.999, warmup: bool = False, inv_gamma: float = 1.0, power: float | None = None
     ):
-        if not 0.0 < decay < 1.0 or math.isnan(decay):
+        if not (is_number(decay) and 0.0 < decay < 1.0):
             raise ValueError(f"ema takes a decay in (0, 1); got decay={decay}")
         if not isinstance(warmup, bool):
             raise ValueError(f"ema takes warmup true or false; got warmup={warmup}")
-        if not inv_gamma > 0 or (power is not None and not power > 0):
-            raise ValueError(f"ema takes inv_gamma > 0 and power > 0 or null; got {inv_gamma=}, {power=}")
+        # inf would pass "> 0" and make the warmup's decay a constant (inv_gamma) or a step (power).
+        if not positive_number(inv_gamma):
+            raise ValueError(
+                f"ema takes inv_gamma, a finite number > 0 (1.0 by default); got inv_gamma={inv_gamma}"
+            )
+        if power is not None and not positive_number(power):
+            raise ValueError(f"ema takes power, a finite number > 0, or null; got power={power}")
         if not warmup and power is not None:
             raise ValueError(f"ema's power={power} shapes its warmup; set warmup=true, or leave power out")
         self.decay, self.warmup, self.inv_gamma, self.power = decay, warmup, inv_gamma, power

@@ -1,7 +1,10 @@
 """The first batch of a run, with a collation failure named as one: a batch that torch's default
 collate (or ``data.collate_fn``) cannot build from the data set's samples is a one-line error naming
-``data.collate_fn``, before the run writes anything, not a traceback from inside the DataLoader."""
+``data.collate_fn``, before the run writes anything, not a traceback from inside the DataLoader. The
+validation batches' collator of the user's is tried too, on the first and the last validation batch
+(a collator for training only, timm's Mixup, refuses an odd one), not an epoch later."""
 
+import collections
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -9,6 +12,7 @@ from typing import Any
 from torch.utils.data import DataLoader, Sampler, default_collate
 
 from runner.training.batches import BatchError, describe
+from runner.training.random_state import kept_random_state
 
 
 def first_batch(batches: Iterator[Any], loader: DataLoader, sampler: Sampler | None) -> Any:
@@ -55,3 +59,38 @@ def collation_failure(loader: DataLoader, sampler: Sampler | None) -> str | None
             f"like {describe(samples[0])}; {fix}"
         )
     return None
+
+
+def check_validation_collation(loader: DataLoader, key: str) -> None:
+    """The validation loader's first and last batch collated here, in this process, by the user's
+    collator (``key``: ``data.collate_fn``, or ``data.val_collate_fn`` where it is set), every random
+    state kept (Mixup draws); a failure is one line naming the key and how validation is collated
+    otherwise. A stream's batches are not read ahead, nor torch's default collate tried."""
+    sampler = loader.sampler
+    if loader.collate_fn is default_collate or loader.batch_size is None or not hasattr(sampler, "__len__"):
+        return
+    batch_size, count = loader.batch_size, len(sampler)
+    # The last batch's indices held, not the whole set's (a large validation set).
+    last = list(collections.deque(iter(sampler), maxlen=count - (count - 1) // batch_size * batch_size))
+    batches = {"first": list(itertools.islice(iter(sampler), batch_size)), "last": last}
+    for which, chosen in batches.items():
+        if not chosen:
+            return
+        try:
+            samples = [loader.dataset[index] for index in chosen]
+        except Exception:  # the data set's own error: validation shows it as it is
+            return
+        try:
+            with kept_random_state():
+                loader.collate_fn(samples)
+        except Exception as error:
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            collator = type(loader.collate_fn).__name__
+            raise BatchError(
+                f"the {which} validation batch cannot be collated: {key} ({collator}) "
+                f"raised {reason} on {len(samples)} samples like {describe(samples[0])}; validation batches "
+                "are collated by data.collate_fn unless data.val_collate_fn is set: for a collator that "
+                "only training batches need (Mixup, CutMix), set data.val_collate_fn=default"
+            ) from None
+        if which == "first" and count <= batch_size:
+            return

@@ -243,9 +243,8 @@ def fit(
                     state.nonfinite_in_a_row = 0
                     schedule.after_step(state.step + 1)
                 else:
-                    count_skipped_step(
-                        state, settings, result.grad_norm_before_clip, learner.precision.scaler.is_enabled()
-                    )
+                    scaled, nonfinite_loss = learner.precision.scaler.is_enabled(), result.nonfinite_loss
+                    count_skipped_step(state, settings, result.grad_norm_before_clip, scaled, nonfinite_loss)
                 state.step += 1
                 state.batches_done_in_epoch += len(window)
                 samples_since_log += result.samples

@@ -8,9 +8,12 @@ Accumulation (``accumulate=k``): the model's step runs on each of the window's k
 turn; every ``backward`` adds its micro-batch's share of the window's gradient (its samples over the
 window's, over every process) to the named optimizers' parameters only, and ``update(name)`` applies
 that optimizer's update on the window's last micro-batch, where the step calls it (on the earlier ones
-it does nothing). With ``accumulate=1`` this is the hand-written loop's step exactly.
+it does nothing). A window whose step called ``update(name)`` on an earlier micro-batch but not on the
+last would apply nothing for that optimizer, and is refused. With ``accumulate=1`` this is the
+hand-written loop's step exactly.
 """
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,10 +29,41 @@ from runner.training.update import update
 from runner.training.weighing import sample_shares, summed
 
 OWN_STEP = "training_step"
+SIGNATURE = f"{OWN_STEP}(batch, step)"
+NO_GRADIENT = "a loss computed by the step (with a gradient): not detached, not made under torch.no_grad"
 
 
 def writes_own_step(model: torch.nn.Module) -> bool:
     return callable(getattr(model, OWN_STEP, None))
+
+
+def check_signature(model: torch.nn.Module) -> None:
+    """Before anything is written: runner calls ``training_step(batch, step)``. A step of another
+    shape (one argument; Lightning's ``(batch, batch_idx)``, or ``(batch)`` on a module with Lightning's
+    ``configure_optimizers``, which returns a loss for Lightning's trainer to step) is refused naming
+    runner's."""
+    try:
+        parameters = list(inspect.signature(getattr(model, OWN_STEP)).parameters)
+    except (TypeError, ValueError):  # no signature to read (a builtin): the call says
+        return
+    name = f"{type(model).__name__}.{OWN_STEP}({', '.join(parameters)})"
+    lightning = (len(parameters) > 1 and parameters[1] == "batch_idx") or hasattr(
+        model, "configure_optimizers"
+    )
+    if lightning and parameters[1:2] != ["step"]:
+        raise UserError(
+            f"{name} is a LightningModule's step, and runner's is not Lightning's: runner calls "
+            f"{SIGNATURE}, where the step calls step.backward(loss) and step.update() itself; for a model "
+            "whose step only returns its loss, drop training_step and use loss=from_model (see "
+            "docs/coming-from.md, Lightning)"
+        )
+    try:
+        inspect.signature(getattr(model, OWN_STEP)).bind(None, None)
+    except TypeError:
+        raise UserError(
+            f"{name} cannot be called as runner calls it, {SIGNATURE}: it takes the batch and the step's "
+            "handles (step.backward(loss, name), step.update(name)); see docs/own-model.md"
+        ) from None
 
 
 @dataclass
@@ -54,7 +88,8 @@ class Step:
         # The optimizers a backward reached and those updated in this window: an update with no
         # gradient, or a window with no update, trains nothing and is refused (it would end "ok").
         self.backed: set[str] = set()
-        self.updated: set[str] = set()
+        self.updated: dict[str, int] = {}  # the first micro-batch (from 1) each was updated on
+        self.micro_batch = 1
 
     def backward(self, loss: torch.Tensor, *names: str) -> None:
         """Add this micro-batch's share of ``loss``'s gradient to the parameters of the optimizers
@@ -80,7 +115,7 @@ class Step:
                 f"this step, so the update would apply no gradient; call step.backward(loss, {name!r}) (or "
                 "step.backward(loss) for every optimizer) before it"
             )
-        self.updated.add(name)
+        self.updated.setdefault(name, self.micro_batch)
         if not self.last_micro_batch:
             return
         learner = self._learner
@@ -97,14 +132,56 @@ class Step:
 
 
 def losses_of(returned: Any) -> dict[str, torch.Tensor]:
-    """What the model's step returned: a scalar loss, or a mapping of named scalar losses."""
+    """What the model's step returned: a scalar loss, or a mapping of named scalar losses, real and
+    with a value (not on the meta device); one of them at least from the step's graph, or the run
+    would log a number that is not the model's loss."""
     named = returned if isinstance(returned, Mapping) else {"loss": returned}
-    if not named or not all(isinstance(v, torch.Tensor) and v.ndim == 0 for v in named.values()):
+    allowed = "a scalar loss tensor or a dict of named scalar loss tensors (logged as train/<name>)"
+    if not named:
+        raise UserError(f"{OWN_STEP} must return {allowed}, not an empty {type(returned).__name__}")
+    for name, value in named.items():
+        if not (isinstance(value, torch.Tensor) and value.ndim == 0):
+            what = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else (
+                "None" if value is None else f"a {type(value).__name__}"
+            )  # fmt: skip
+            where = f" as {name!r}" if isinstance(returned, Mapping) else ""
+            raise UserError(f"{OWN_STEP} returned {what}{where}; it must return {allowed}")
+    for name, value in named.items():
+        if value.is_complex() or value.is_meta:
+            what = "a tensor on the meta device" if value.is_meta else f"a complex tensor ({value.dtype})"
+            raise UserError(
+                f"{OWN_STEP} returned {what} as {name!r}; it must return {allowed}, real numbers with "
+                "values (float, on the model's device)"
+            )
+    if not any(value.requires_grad for value in named.values()):
         raise UserError(
-            f"{OWN_STEP} must return a scalar loss tensor or a dict of named scalar loss tensors "
-            f"(logged as train/<name>), not {type(returned).__name__}"
+            f"{OWN_STEP} returned {', '.join(map(repr, named))} with no gradient (requires_grad=False); it "
+            f"must return {allowed}, among them {NO_GRADIENT}"
         )
     return {name: value.detach() for name, value in named.items()}
+
+
+def nonfinite_losses(totals: Mapping[str, torch.Tensor]) -> str:
+    """The returned losses that are NaN or Inf (``loss_d nan``), empty when all are finite: one read
+    of the window's losses together (a step the model writes reads each update's norm already)."""
+    if bool(torch.isfinite(torch.stack([value.float() for value in totals.values()])).all()):
+        return ""
+    return ", ".join(f"{name} {float(value)}" for name, value in totals.items() if not value.isfinite())
+
+
+def check_updates_applied(model: torch.nn.Module, step: "Step", window: int, updates: Updates) -> None:
+    """Each optimizer the window's step updated was updated on its last micro-batch, where updates
+    apply: else its gradients were made and nothing applied them (the run would end "ok")."""
+    missed = {name: first for name, first in step.updated.items() if name not in updates.norms}
+    if missed:
+        name, first = next(iter(missed.items()))
+        raise UserError(
+            f"{type(model).__name__}.{OWN_STEP} called step.update({name!r}) on micro-batch {first} of a "
+            f"window of {window} (accumulate={window}) but not on its last, so that update never applies: "
+            "with accumulate, an optimizer's update applies on the window's last micro-batch (a call on "
+            "an earlier one does nothing); call step.update on every micro-batch, or count steps in "
+            "optimizer steps, not training_step calls"
+        )
 
 
 def manual_train_step(
@@ -132,6 +209,7 @@ def manual_train_step(
     for index, batch in enumerate(window):
         batch = to_device(batch, learner.device, learner.channels_last)
         step.share, step.last_micro_batch = shares[index], index == len(window) - 1
+        step.micro_batch = index + 1
         with learner.precision.autocast():
             returned = getattr(model, OWN_STEP)(batch, step)
         for name, value in losses_of(returned).items():
@@ -140,21 +218,32 @@ def manual_train_step(
         if not keep_last:
             returned = None
     if not step.updated:
+        touched_none = "" if step.backed else (
+            f"; it called neither step.backward nor step.update: runner calls {SIGNATURE}, not Lightning's "
+            "training_step(batch, batch_idx) (see docs/coming-from.md)"
+        )  # fmt: skip
         raise UserError(
             f"{type(model).__name__}.{OWN_STEP} updated no optimizer in a step, so it trains nothing; call "
             "step.update(name) after step.backward(loss, name) for at least one of "
             + ", ".join(named.optimizers)
+            + touched_none
         )
+    check_updates_applied(model, step, len(window), updates)
     if processes > 1:  # the window's losses over every process's samples
         names = list(totals)
         means = summed(torch.stack([totals[name] for name in names]), processes)
         totals = dict(zip(names, means, strict=True))
+    # A non-finite loss beside finite updates: the guard (on_nonfinite) decides, as for a non-finite norm.
+    nonfinite = nonfinite_losses(totals) if check_finite else ""
     scaler = learner.precision.scaler
     if scaler.is_enabled() and updates.norms:
         scaler.update()
     named.zero_grad(set_to_none=True)  # what a backward left on parts no update cleared
     loss = totals["loss"] if "loss" in totals else sum(totals.values())
-    return result_of(learner, named, updates, loss, totals, sum(counts), batch, returned, keep_last)
+    result = result_of(learner, named, updates, loss, totals, sum(counts), batch, returned, keep_last)
+    if nonfinite and result.applied:  # a skipped update says its non-finite gradient
+        result.applied, result.nonfinite_loss = False, nonfinite
+    return result
 
 
 def combined(norms: Mapping[str, torch.Tensor], device: torch.device) -> torch.Tensor:

@@ -28,9 +28,10 @@ ADVICE_NONFINITE = (
 )
 
 
-def where_it_was(norm: float, step: int, epoch: int, micro_batch: int) -> str:
+def where_it_was(norm: float, step: int, epoch: int, micro_batch: int, what: str = "") -> str:
+    """``what``: the non-finite value when it is not the gradient's norm."""
     return (
-        f"non-finite gradient (total norm {norm}) at optimizer step {step} "
+        f"{what or f'non-finite gradient (total norm {norm})'} at optimizer step {step} "
         f"(epoch {epoch}, micro-batch {micro_batch} of the epoch)"
     )
 
@@ -84,14 +85,19 @@ class DeferredGuard:
 
 
 def count_skipped_step(
-    state: TrainState, settings: LoopSettings, grad_norm: torch.Tensor, scaled: bool
+    state: TrainState, settings: LoopSettings, grad_norm: torch.Tensor, scaled: bool, nonfinite_loss: str = ""
 ) -> None:
     """A step the guard skipped: raise when asked to, or after too many skips in a row. Under loss
-    scaling an overflow is routine (the scaler lowers its scale), and it counts like any other skip."""
-    where = where_it_was(grad_norm.item(), state.step + 1, state.epoch, state.batches_done_in_epoch)
+    scaling an overflow is routine (the scaler lowers its scale), and it counts like any other skip.
+    ``nonfinite_loss``: a step the model writes returned a NaN or Inf loss beside finite updates (no
+    overflow of the scaler's: ``raise`` raises); its updates, applied inside the step, stay."""
+    what = f"non-finite loss returned by training_step ({nonfinite_loss})" if nonfinite_loss else ""
+    where = where_it_was(grad_norm.item(), state.step + 1, state.epoch, state.batches_done_in_epoch, what)
+    scaled = scaled and not nonfinite_loss
     last_loss = last_loss_text(state)
     if settings.on_nonfinite == "raise" and not scaled:
-        raise NonFiniteError(f"{where}; {last_loss}; the update was not applied. {ADVICE_NONFINITE}")
+        done = "nothing after it was saved" if nonfinite_loss else "the update was not applied"
+        raise NonFiniteError(f"{where}; {last_loss}; {done}. {ADVICE_NONFINITE}")
     state.skipped_steps += 1
     state.nonfinite_in_a_row += 1
     if state.nonfinite_in_a_row >= settings.max_nonfinite_in_a_row:

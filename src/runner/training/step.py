@@ -79,6 +79,7 @@ class StepResult:
     last_batch: Any = None
     last_outputs: Any = None
     scalars: dict[str, Any] = field(default_factory=dict)  # more to log (a step the model writes)
+    nonfinite_loss: str = ""  # a step the model writes returned these losses NaN or Inf (``loss_d nan``)
 
 
 def accumulation_windows(batches: Iterable, micro_batches_per_step: int) -> Iterator[list]:

@@ -1,6 +1,7 @@
 """The checklist on a model that writes its own step (``training_step``): the update check runs that
-step once, as a run does (a step that updates nothing, or updates without a backward, fails with the
-run's own line), and counts each optimizer's tensors (what it drew, its buffers and check 5's
+step once, as a run does, on a window of the run's ``accumulate`` micro-batches (a step that updates
+nothing, updates without a backward, or updates on an earlier micro-batch only, fails with the run's
+own line), and counts each optimizer's tensors (what it drew, its buffers and check 5's
 gradients put back); the overfit check runs the model's own step but skips the verdict, saying why:
 a GAN's losses oppose each other, no one of them must fall."""
 
@@ -33,7 +34,8 @@ def own_step_once(probe: Probe, optimizer: NamedOptimizers) -> str | None:
     learner = Learner(model, setup.loss_fn, optimizer, setup.precision, setup.device, False, setup.target_key)
     try:
         with kept_random_state():  # the later checks draw as they would without this one
-            train_step(learner, [probe.batch], setup.clip, check_finite=False)
+            # A window of the run's accumulate: an update called on its earlier micro-batch only is said.
+            train_step(learner, [probe.batch] * setup.micro_batches_per_step, setup.clip, check_finite=False)
     except UserError as error:
         return str(error)
     except Exception as error:  # the model's own code: a finding, and the model put back all the same

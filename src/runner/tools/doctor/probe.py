@@ -43,6 +43,7 @@ class Setup:
     precision: Precision
     clip: float | None
     target_key: str  # where a dict batch holds its targets
+    micro_batches_per_step: int = 1  # accumulate: a step the model writes is tried on a whole window
 
     @classmethod
     def of(cls, config: Any, prepared: Any, optimizer_factory: Callable[[nn.Module], Any]) -> "Setup":
@@ -58,6 +59,7 @@ class Setup:
             precision=prepared.precision,
             clip=config.clip,
             target_key=config.data.target_key,
+            micro_batches_per_step=config.accumulate,
         )
 
 
