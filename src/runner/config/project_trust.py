@@ -1,0 +1,53 @@
+"""Whether a project found above the working folder may run its code here. Anyone who can write a
+folder above the one a user works in (a shared ``/tmp``, a download folder, another user's home) could
+otherwise plant a ``pyproject.toml`` whose configs name code that runs: so, like git's
+``safe.directory``, a project found above is trusted only when its folder, its project file and its
+config and code folders belong to this user (or to root, who can change anything anyway) and no other
+user may write them. The user trusts any other project by running from its folder (or naming it to
+``runner.train(project=...)``), or by listing it in ``RUNNER_TRUSTED_PROJECTS``."""
+
+import os
+import stat
+from pathlib import Path
+
+from runner.config.errors import ConfigError
+
+TRUSTED_ENV = "RUNNER_TRUSTED_PROJECTS"  # folders, separated as PATH is, whose projects are trusted
+# The project runner entered, handed to the processes it starts (joblib and submitit workers, a
+# resume's command): its root folder, checked by the parent already.
+PROJECT_ENV = "RUNNER_PROJECT"
+
+
+def check_trusted(root: Path, start: Path, places: list[Path]) -> None:
+    """Refuse in one line the project at ``root``, found from ``start``, unless it is trusted;
+    ``places`` are its project file and folders, each checked for its owner and who may write it."""
+    root, start = root.resolve(), start.resolve()
+    if root == start or root in named_trusted():
+        return
+    for place in places:
+        problem = untrusted_because(place)
+        if problem is not None:
+            raise ConfigError(
+                f"{root / 'pyproject.toml'}: not trusted as your project, found above {start}: {place} "
+                f"{problem}; if it is yours, run runner from {root}, or trust it with "
+                f"export {TRUSTED_ENV}={root}"
+            )
+
+
+def named_trusted() -> set[Path]:
+    """The folders ``RUNNER_TRUSTED_PROJECTS`` lists, and the project a parent runner entered."""
+    named = [*os.environ.get(TRUSTED_ENV, "").split(os.pathsep), os.environ.get(PROJECT_ENV, "")]
+    return {Path(folder).resolve() for folder in named if folder and os.path.isabs(folder)}
+
+
+def untrusted_because(place: Path) -> str | None:
+    """Why ``place`` (a file or folder) is not safe to take code from; None where it is."""
+    try:
+        info = os.stat(place)
+    except OSError as error:
+        return f"cannot be checked ({error.strerror})"
+    if info.st_uid not in (os.geteuid(), 0):
+        return f"belongs to another user (uid {info.st_uid})"
+    if info.st_mode & stat.S_IWOTH:
+        return "is writable by every user"
+    return None
