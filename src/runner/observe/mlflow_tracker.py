@@ -15,6 +15,7 @@ point, so one the interrupted run logged past its checkpoint stays beside the re
 import fcntl
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
@@ -26,6 +27,7 @@ from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 
 from runner.checkpoint.durable import write_text
+from runner.config.bounded_read import read_bounded
 from runner.config.errors import UserError
 
 log = logging.getLogger("runner")
@@ -34,6 +36,10 @@ SWEEP_PARENT_FILE = "mlflow_sweep.json"  # in a sweep's directory: its parent ru
 SWEEP_TAG = "runner.sweep_dir"
 STATUSES = {"ok": "FINISHED", "failed": "FAILED", "stopped": "KILLED"}
 MAX_VALUE = 6000  # MLflow's limit on a parameter's value
+# MLflow's client waits 120 s for an answer and retries a server that went away 7 times, about four
+# minutes in all; runner's defaults (MLflow's documented settings, unless the user set them) make a
+# dead server a failed call within seconds. The trackers' thread stops waiting sooner still.
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "5", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2"}
 
 
 def local_store(home: Path) -> str:
@@ -67,8 +73,8 @@ def sweep_parent(client: MlflowClient, experiment_id: str, sweep_dir: Path, uri:
     resumed sweep's) in ``mlflow_sweep.json``."""
     path = sweep_dir / SWEEP_PARENT_FILE
     try:
-        recorded = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
+        recorded = json.loads(read_bounded(path))
+    except (OSError, ValueError, RecursionError):
         recorded = {}
     if recorded.get("tracking_uri") == uri and recorded.get("experiment_id") == experiment_id:
         client.update_run(recorded["run_id"], status="RUNNING")
@@ -93,6 +99,8 @@ class MlflowTracker:
         settings, sweep_dir = start.settings, start.sweep_dir
         home = sweep_dir or start.run_dir
         uri = settings.tracking_uri or local_store(home)
+        for name, value in HTTP_LIMITS.items():
+            os.environ.setdefault(name, value)
         self.client = MlflowClient(tracking_uri=uri)
         try:
             with sweep_lock(sweep_dir) if settings.tracking_uri is None else nullcontext():
@@ -151,8 +159,8 @@ def end_sweep_parent(sweep_dir: Path, failed: bool) -> None:
     """Mark a sweep's parent run finished (or failed), once its jobs have ended."""
     path = sweep_dir / SWEEP_PARENT_FILE
     try:
-        recorded = json.loads(path.read_text())
+        recorded = json.loads(read_bounded(path))
         client = MlflowClient(tracking_uri=recorded["tracking_uri"])
         client.set_terminated(recorded["run_id"], "FAILED" if failed else "FINISHED")
-    except (OSError, ValueError, KeyError, MlflowException) as error:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, MlflowException) as error:
         log.warning("could not mark the sweep's MLflow parent run finished: %s", error)
