@@ -4,6 +4,7 @@ that belongs to another user is refused in one line before anything it names run
 holding a file Python's ``site`` runs at every start (``sitecustomize.py``, a ``.pth``) is refused."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,8 +42,11 @@ def refused_train(work: Path, capsys, monkeypatch, *overrides: str) -> str:
 
 @pytest.fixture(autouse=True)
 def _no_project_named(monkeypatch):
-    monkeypatch.delenv("RUNNER_PROJECT", raising=False)
-    monkeypatch.delenv("RUNNER_TRUSTED_PROJECTS", raising=False)
+    for name in ("RUNNER_PROJECT", "RUNNER_TRUSTED_PROJECTS"):
+        monkeypatch.setenv(name, "")  # restored after the test: main() sets RUNNER_PROJECT in a project
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setattr(sys, "path", list(sys.path))
 
 
 def test_a_project_in_a_folder_every_user_may_write_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
