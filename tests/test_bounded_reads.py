@@ -19,7 +19,7 @@ from runner.config.errors import UserError
 from runner.observe.csv_tracker import CSV_FILE
 from runner.observe.mlflow_tracker import MlflowTracker
 from runner.observe.records import recorded_result
-from runner.observe.trackers import TRACKERS_FILE, Loggers, open_trackers
+from runner.observe.trackers import TRACKERS_FILE, Loggers, open_trackers, recorded_trackers
 from runner.observe.writer import NullLogger
 
 GIGABYTES_3 = 3 * 10**9
@@ -99,6 +99,15 @@ def test_a_3_gb_trackers_json_is_refused_in_one_line_without_reading_it(tmp_path
         handle.truncate(GIGABYTES_3)
     with pytest.raises(UserError, match=r"trackers.json: it is 3,000,000,000 bytes, more than the 1,048,576"):
         resumed_csv(tmp_path, 3)
+
+
+def test_a_forged_trackers_json_hands_each_tracker_only_a_record(tmp_path):
+    """What a tracker continues comes from a file in the run's folder: one entry that is not a record
+    (a number, a list) is no tracker run to continue, rather than a traceback in the tracker."""
+    (tmp_path / TRACKERS_FILE).write_text('{"mlflow": 5, "wandb": [1], "csv": {"file": "metrics.csv"}}')
+    assert recorded_trackers(tmp_path) == {"csv": {"file": "metrics.csv"}}
+    (tmp_path / TRACKERS_FILE).write_text("[1, 2]")
+    assert recorded_trackers(tmp_path) == {}
 
 
 def test_a_fifo_or_a_3_gb_result_json_reads_as_no_result(tmp_path):

@@ -84,6 +84,16 @@ def test_a_project_that_belongs_to_another_user_is_refused(tmp_path, capsys, mon
     assert not marker.exists()
 
 
+def test_the_refusal_is_one_line_whatever_the_folders_are_named(tmp_path, capsys, monkeypatch):
+    shared = tmp_path / "sha\nred"
+    shared.mkdir()
+    marker = tmp_path / "touched"
+    work = planted_project(shared, marker)
+    shared.chmod(0o777)
+    error = refused_train(work, capsys, monkeypatch)
+    assert f"{str(shared)!r} is writable by every user" in error and not marker.exists()
+
+
 def test_the_user_trusts_a_project_by_naming_it_or_running_from_it(tmp_path, monkeypatch):
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -27,11 +27,17 @@ def check_trusted(root: Path, start: Path, places: list[Path]) -> None:
     for place in places:
         problem = untrusted_because(place)
         if problem is not None:
+            file, place, start, root = (shown(path) for path in (root / "pyproject.toml", place, start, root))
             raise ConfigError(
-                f"{root / 'pyproject.toml'}: not trusted as your project, found above {start}: {place} "
-                f"{problem}; if it is yours, run runner from {root}, or trust it with "
-                f"export {TRUSTED_ENV}={root}"
+                f"{file}: not trusted as your project, found above {start}: {place} {problem}; if it is "
+                f"yours, run runner from {root}, or trust it with export {TRUSTED_ENV}={root}"
             )
+
+
+def shown(path: Path) -> str:
+    """A path as one line can carry it (a folder's name may hold a newline): quoted where it must be."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
 
 
 def named_trusted() -> set[Path]:

@@ -47,11 +47,16 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
 
 
+def shown(text: str) -> str:
+    """``text`` as one line can carry it: quoted, with escapes, where it holds a newline or the like."""
+    return text if text.isprintable() else repr(text)
+
+
 def check_tracking_uri(uri: str) -> None:
     """Refuse in one line a ``mlflow.tracking_uri`` that MLflow would refuse with a traceback, or that
     would lose the run: a folder or a file (MLflow 3 keeps runs in a database or on a server), a scheme
     MLflow does not know, an in-memory or unwritable SQLite store."""
-    said = f"mlflow.tracking_uri={uri}"
+    said = f"mlflow.tracking_uri={shown(uri)}"
     scheme = urlparse(uri).scheme
     if len(scheme) < 2 or scheme == "file":  # a path (C: is a drive)
         raise UserError(f"{said}: a folder or a file is no MLflow store (MLflow keeps runs in a database or "

@@ -31,6 +31,7 @@ from runner.observe.mlflow_store import (
     ARTIFACTS_DIR,
     check_tracking_uri,
     local_store,
+    shown,
     sqlite_file,
     store_home,
     store_lock,
@@ -57,13 +58,15 @@ def experiment_id_of(client: MlflowClient, name: str, artifacts: Path | None) ->
 
 
 def sweep_parent(client: MlflowClient, experiment_id: str, sweep_dir: Path, uri: str) -> str:
-    """The id of the sweep's parent run: made by the sweep's first job, found by the others (and by a
-    resumed sweep's) in ``mlflow_sweep.json``."""
+    """The id of the sweep's parent run: made by the sweep's process before its jobs start, found by
+    them (and by a resumed sweep's) in ``mlflow_sweep.json``."""
     path = sweep_dir / SWEEP_PARENT_FILE
     try:
         recorded = json.loads(read_bounded(path))
     except (OSError, ValueError, RecursionError):
         recorded = {}
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("run_id"), str):
+        recorded = {}  # damaged or forged: the sweep gets a parent run of its own
     if recorded.get("tracking_uri") == uri and recorded.get("experiment_id") == experiment_id:
         client.update_run(recorded["run_id"], status="RUNNING")
         return recorded["run_id"]
@@ -118,7 +121,9 @@ def opened_store(
 
 def cannot_start(uri: str, error: Exception) -> UserError:
     lines = [line for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
-    return UserError(f"logger=mlflow: cannot start an MLflow run at mlflow.tracking_uri={uri}: {lines[0]}")
+    return UserError(
+        f"logger=mlflow: cannot start an MLflow run at mlflow.tracking_uri={shown(uri)}: {lines[0]}"
+    )
 
 
 def prepare_sweep(sweep_dir: Path, tracking_uri: str | None, experiment: str) -> None:

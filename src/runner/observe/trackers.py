@@ -76,7 +76,9 @@ def recorded_trackers(run_dir: Path) -> dict[str, Any]:
         ) from None
     except (OSError, ValueError, RecursionError):
         return {}
-    return recorded if isinstance(recorded, dict) else {}
+    if not isinstance(recorded, dict):
+        return {}
+    return {name: record for name, record in recorded.items() if isinstance(record, dict)}  # forged: none
 
 
 def open_trackers(
