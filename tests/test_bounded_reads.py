@@ -17,8 +17,10 @@ from mlflow import MlflowClient
 
 from runner.config.errors import UserError
 from runner.observe.csv_tracker import CSV_FILE
+from runner.observe.hparams import HPARAMS_FILE
 from runner.observe.mlflow_tracker import MlflowTracker
 from runner.observe.records import recorded_result
+from runner.observe.sweep_hparams import session_hparams
 from runner.observe.trackers import TRACKERS_FILE, Loggers, open_trackers, recorded_trackers
 from runner.observe.writer import NullLogger
 
@@ -108,6 +110,20 @@ def test_a_forged_trackers_json_hands_each_tracker_only_a_record(tmp_path):
     assert recorded_trackers(tmp_path) == {"csv": {"file": "metrics.csv"}}
     (tmp_path / TRACKERS_FILE).write_text("[1, 2]")
     assert recorded_trackers(tmp_path) == {}
+
+
+def test_a_fifo_or_a_3_gb_hparams_record_of_another_run_is_no_record(tmp_path):
+    """Each run's end reads the HParams records of every run under its ``outputs/`` (the all-runs
+    columns): one that is a FIFO, or 3 GB, is a run without settings, not a hang or 3 GB read."""
+    os.mkfifo(tmp_path / HPARAMS_FILE)
+    assert session_hparams(tmp_path) == {}
+    os.unlink(tmp_path / HPARAMS_FILE)
+    with open(tmp_path / HPARAMS_FILE, "w") as handle:
+        handle.truncate(GIGABYTES_3)
+    tracemalloc.start()
+    assert session_hparams(tmp_path) == {}
+    assert tracemalloc.get_traced_memory()[1] < 20 << 20
+    tracemalloc.stop()
 
 
 def test_a_fifo_or_a_3_gb_result_json_reads_as_no_result(tmp_path):
