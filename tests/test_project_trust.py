@@ -64,11 +64,11 @@ def test_a_project_in_a_folder_every_user_may_write_is_refused_in_one_line(tmp_p
     assert not marker.exists() and sorted(os.listdir(work)) == []
 
 
-@pytest.mark.parametrize("what", ["pyproject.toml", "conf", "src"])
+@pytest.mark.parametrize("what", ["pyproject.toml", "conf", "src", "conf/model", "conf/model/touch.yaml"])
 def test_a_project_whose_file_or_folders_others_may_write_is_refused(tmp_path, what):
     work = planted_project(tmp_path, tmp_path / "touched")
     (tmp_path / "src" / "sitecustomize.py").unlink()
-    (tmp_path / what).chmod(0o777 if what != "pyproject.toml" else 0o666)
+    (tmp_path / what).chmod(0o666 if what.endswith((".toml", ".yaml")) else 0o777)
     with pytest.raises(ConfigError, match=f"{tmp_path / what} is writable by every user"):
         find_project(work)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from runner.config.code_folder import hidden_modules, startup_files
 from runner.config.errors import ConfigError
 from runner.config.project_file import runner_table
-from runner.config.project_trust import PROJECT_ENV, check_trusted
+from runner.config.project_trust import PROJECT_ENV, check_trusted, inside
 
 PROJECT_FILE = "pyproject.toml"
 KEYS = {"conf": "the config folder (default conf)", "code": "the folder holding the code (default src)",
@@ -55,7 +55,7 @@ def find_project(start: Path) -> Project | None:
         if table is not None:
             check_trusted(folder, start, [folder, folder / PROJECT_FILE])
             project = project_of(folder, table)
-            check_trusted(folder, start, [project.conf, project.code])
+            check_trusted(folder, start, inside([project.conf, project.code]))
             return project
     return None
 

@@ -1,24 +1,29 @@
 """Whether a project found above the working folder may run its code here. Anyone who can write a
 folder above the one a user works in (a shared ``/tmp``, a download folder, another user's home) could
 otherwise plant a ``pyproject.toml`` whose configs name code that runs: so, like git's
-``safe.directory``, a project found above is trusted only when its folder, its project file and its
-config and code folders belong to this user (or to root, who can change anything anyway) and no other
-user may write them. The user trusts any other project by running from its folder (or naming it to
-``runner.train(project=...)``), or by listing it in ``RUNNER_TRUSTED_PROJECTS``."""
+``safe.directory``, a project found above is trusted only when its folder, its project file, its config
+and code folders and what they hold belong to this user (or to root, who can change anything anyway)
+and no other user may write them. The user trusts any other project by running from its folder (or
+naming it to ``runner.train(project=...)``), or by listing it in ``RUNNER_TRUSTED_PROJECTS``."""
 
+import itertools
 import os
 import stat
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from runner.config.errors import ConfigError
 
+# Entries of the config and code folders checked (a project's are a few hundred); a folder past this
+# many is checked as far as this.
+WALK_LIMIT = 10_000
 TRUSTED_ENV = "RUNNER_TRUSTED_PROJECTS"  # folders, separated as PATH is, whose projects are trusted
 # The project runner entered, handed to the processes it starts (joblib and submitit workers, a
 # resume's command): its root folder, checked by the parent already.
 PROJECT_ENV = "RUNNER_PROJECT"
 
 
-def check_trusted(root: Path, start: Path, places: list[Path]) -> None:
+def check_trusted(root: Path, start: Path, places: Iterable[Path]) -> None:
     """Refuse in one line the project at ``root``, found from ``start``, unless it is trusted;
     ``places`` are its project file and folders, each checked for its owner and who may write it."""
     root, start = root.resolve(), start.resolve()
@@ -38,6 +43,19 @@ def shown(path: Path) -> str:
     """A path as one line can carry it (a folder's name may hold a newline): quoted where it must be."""
     text = str(path)
     return text if text.isprintable() else repr(text)
+
+
+def inside(folders: Iterable[Path], limit: int = WALK_LIMIT) -> Iterator[Path]:
+    """The folders, then what they hold, at any depth (links are not followed into), the first
+    ``limit`` entries: a config folder's group folders and files, a code folder's packages."""
+
+    def walked() -> Iterator[Path]:
+        for folder in folders:
+            yield folder
+            for parent, names, files in os.walk(folder):
+                yield from (Path(parent, name) for name in [*names, *files])
+
+    return itertools.islice(walked(), limit)
 
 
 def named_trusted() -> set[Path]:
