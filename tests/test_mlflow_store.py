@@ -11,6 +11,7 @@ from conftest import TINY
 from mlflow import MlflowClient
 
 from runner.cli.main import main
+from runner.observe.mlflow_store import check_tracking_uri
 from runner.observe.mlflow_tracker import opened_store
 
 SIGNALLED = "+callbacks.stop._target_=signals_itself.SignalsAtStep"
@@ -50,6 +51,14 @@ def test_runs_that_start_at_once_make_their_new_store_once(tmp_path):
     for process in processes:
         process.join(120)
     assert [process.exitcode for process in processes] == [0, 0]
+
+
+@pytest.mark.parametrize(
+    "uri", ["databricks", "http://127.0.0.1:5000", "postgresql+psycopg2://u@h/db", "sqlite:///mlflow.db"]
+)
+def test_the_tracking_uris_mlflow_takes_pass_the_check(uri, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    check_tracking_uri(uri)
 
 
 @pytest.mark.parametrize(

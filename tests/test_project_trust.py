@@ -82,6 +82,9 @@ def test_a_project_that_belongs_to_another_user_is_refused(tmp_path, capsys, mon
     error = refused_train(work, capsys, monkeypatch)
     assert f"{tmp_path / 'theirs'} belongs to another user (uid 54321)" in error
     assert not marker.exists()
+    (tmp_path / "theirs" / "src" / "sitecustomize.py").unlink()
+    monkeypatch.setenv("SUDO_UID", "54321")  # root by sudo, for the user who owns it: as git does
+    assert find_project(work).root == tmp_path / "theirs"
 
 
 def test_the_refusal_is_one_line_whatever_the_folders_are_named(tmp_path, capsys, monkeypatch):

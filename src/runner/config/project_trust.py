@@ -64,13 +64,23 @@ def named_trusted() -> set[Path]:
     return {Path(folder).resolve() for folder in named if folder and os.path.isabs(folder)}
 
 
+def owners() -> set[int]:
+    """The users whose files are this user's: itself and root; under ``sudo``, the user who ran it (as
+    git's ``safe.directory`` takes ``SUDO_UID``)."""
+    found = {os.geteuid(), 0}
+    sudo = os.environ.get("SUDO_UID", "")
+    if os.geteuid() == 0 and sudo.isdigit() and len(sudo) < 10:
+        found.add(int(sudo))
+    return found
+
+
 def untrusted_because(place: Path) -> str | None:
     """Why ``place`` (a file or folder) is not safe to take code from; None where it is."""
     try:
         info = os.stat(place)
     except OSError as error:
         return f"cannot be checked ({error.strerror})"
-    if info.st_uid not in (os.geteuid(), 0):
+    if info.st_uid not in owners():
         return f"belongs to another user (uid {info.st_uid})"
     if info.st_mode & stat.S_IWOTH:
         return "is writable by every user"

@@ -22,6 +22,7 @@ OUTPUTS = "outputs"
 # The schemes of MLflow's tracking stores (a database through SQLAlchemy, whose URIs may name a driver:
 # postgresql+psycopg2), and its servers.
 SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "databricks-uc", "uc")
+PROFILES = ("databricks", "databricks-uc", "uc")  # a bare name: the default Databricks profile
 STORE_HELP = (
     "give sqlite:///PATH/mlflow.db or http://HOST:PORT, or leave it out for mlflow.db beside outputs/"
 )
@@ -58,6 +59,8 @@ def check_tracking_uri(uri: str) -> None:
     MLflow does not know, an in-memory or unwritable SQLite store."""
     said = f"mlflow.tracking_uri={shown(uri)}"
     scheme = urlparse(uri).scheme
+    if uri in PROFILES:
+        return
     if len(scheme) < 2 or scheme == "file":  # a path (C: is a drive)
         raise UserError(f"{said}: a folder or a file is no MLflow store (MLflow keeps runs in a database or "
                         f"on a server); {STORE_HELP}")  # fmt: skip
