@@ -2,6 +2,7 @@
 once however many runs start at once; a ``mlflow.tracking_uri`` MLflow would refuse is one line before
 the run writes; and a run stopped by a signal ends KILLED, to be resumed."""
 
+import json
 import multiprocessing
 import signal
 from pathlib import Path
@@ -9,7 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import TINY
 from mlflow import MlflowClient
+from omegaconf import OmegaConf
 
+from runner.cli.hydra_start import prepare_mlflow
 from runner.cli.main import main
 from runner.observe.mlflow_store import check_tracking_uri
 from runner.observe.mlflow_tracker import opened_store
@@ -32,6 +35,14 @@ def test_runs_share_one_store_beside_outputs_and_a_stopped_run_ends_killed(train
     runs = client.search_runs([client.get_experiment_by_name("runner").experiment_id])
     assert {run.info.run_name: run.info.status for run in runs} == {"a": "FINISHED", "b": "KILLED"}
     assert {run.info.run_name: run.data.tags["runner.status"] for run in runs} == {"a": "ok", "b": "stopped"}
+
+    # A sweep's process makes its parent run in the same store before any job starts.
+    sweep_dir = outputs / "multirun" / "2026-12-07" / "s"
+    config = OmegaConf.create({"logger": ["tensorboard", "mlflow"], "mlflow": {"tracking_uri": None}})
+    prepare_mlflow(config, sweep_dir)
+    (parent,) = [run for run in client.search_runs([runs[0].info.experiment_id]) if run.info.run_name == "s"]
+    assert parent.data.tags["runner.sweep_dir"] == str(sweep_dir) and parent.info.status == "RUNNING"
+    assert json.loads((sweep_dir / "mlflow_sweep.json").read_text())["run_id"] == parent.info.run_id
 
 
 def make_store(uri: str, home: str, barrier) -> None:

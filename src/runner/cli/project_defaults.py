@@ -46,7 +46,9 @@ def no_such_option(group: str, option: str, options: list[str]) -> str:
     said = f"{group}={option}: no such option; {group} is one of {', '.join(options)}"
     if active_project() is not None or group.startswith("hydra/"):
         return said
+    here = str(Path.cwd())
+    here = here if here.isprintable() else repr(here)  # a folder's name may hold a newline
     return (
-        f"{said}; no project was found from {Path.cwd()} (runner looks for a pyproject.toml with "
-        "[tool.runner] in the working folder and each folder above it)"
+        f"{said}; no project was found from {here} (runner looks for a pyproject.toml with [tool.runner] "
+        "in the working folder and each folder above it)"
     )
