@@ -65,6 +65,13 @@ def test_a_fifo_a_folder_or_a_link_in_place_of_a_record_is_one_line(tmp_path, na
     assert str(path) in str(error) and ("not a plain file" in str(error) or "a link" in str(error))
 
 
+def test_a_new_metrics_csv_is_a_plain_file_with_a_header(tmp_path):
+    for tracker in open_trackers(["csv"], tmp_path, {}, None, resumed_at=None):
+        tracker.close()
+    assert (tmp_path / CSV_FILE).stat().st_mode & 0o111 == 0  # not executable: made as open() makes files
+    assert (tmp_path / CSV_FILE).read_text() == "step,tag,value,wall_time\n"
+
+
 def test_a_resume_drops_the_rows_past_its_checkpoint_of_a_3_gb_csv_without_reading_it(tmp_path):
     """The rows to drop are the file's last: they are found from its end, and the file is cut there."""
     path = tmp_path / CSV_FILE

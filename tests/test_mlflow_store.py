@@ -38,7 +38,8 @@ def test_runs_share_one_store_beside_outputs_and_a_stopped_run_ends_killed(train
 
     # A sweep's process makes its parent run in the same store before any job starts.
     sweep_dir = outputs / "multirun" / "2026-12-07" / "s"
-    config = OmegaConf.create({"logger": ["tensorboard", "mlflow"], "mlflow": {"tracking_uri": None}})
+    settings = {"tracking_uri": None, "experiment": "runner"}
+    config = OmegaConf.create({"logger": ["tensorboard", "mlflow"], "mlflow": settings})
     prepare_mlflow(config, sweep_dir)
     (parent,) = [run for run in client.search_runs([runs[0].info.experiment_id]) if run.info.run_name == "s"]
     assert parent.data.tags["runner.sweep_dir"] == str(sweep_dir) and parent.info.status == "RUNNING"

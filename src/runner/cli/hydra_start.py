@@ -94,15 +94,15 @@ def prepare_mlflow(config: DictConfig, sweep_dir: Path) -> None:
     try:
         loggers = list(config.get("logger") or [])
         settings = config.get("mlflow") or {}
-        tracking_uri, experiment = settings.get("tracking_uri"), settings.get("experiment", "runner")
+        tracking_uri, experiment = settings.get("tracking_uri"), settings.get("experiment")
     except OmegaConfBaseException:
         return  # the jobs' own checks name what cannot be resolved
-    if "mlflow" not in loggers or int(os.environ.get("RANK", 0)) != 0:
+    if "mlflow" not in loggers or not isinstance(experiment, str) or int(os.environ.get("RANK", 0)) != 0:
         return
     from runner.config.errors import UserError
     from runner.observe.mlflow_tracker import prepare_sweep
 
     try:
-        prepare_sweep(sweep_dir, tracking_uri, str(experiment))
+        prepare_sweep(sweep_dir, tracking_uri, experiment)
     except UserError as error:
         exit_with(error)

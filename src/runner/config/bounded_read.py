@@ -17,10 +17,11 @@ class UnreadableFile(ValueError):
 
 def open_plain(path: Path, flags: int = os.O_RDONLY) -> int:
     """A descriptor of ``path`` opened with ``flags``, without following a link and without waiting (a
-    FIFO opens at once), once it is known to be a plain file. ``FileNotFoundError`` where there is
+    FIFO opens at once), once it is known to be a plain file (one ``O_CREAT`` makes gets 0o666 less the
+    umask, as ``open`` gives). ``FileNotFoundError`` where there is
     none; ``UnreadableFile`` for a link, a FIFO, a folder or a device."""
     try:
-        descriptor = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        descriptor = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except FileNotFoundError:
         raise
     except OSError as error:
