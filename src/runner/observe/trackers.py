@@ -7,8 +7,10 @@ event file gets, the same scalars at the same steps, handed over to one writer t
 save, and at the end) waits until every tracker has them.
 
 A tracker that fails (a server that went away) is dropped with one warning: the run goes on, and its
-numbers are still in the event file. Which tracker run a run directory logs to is kept in
-``trackers.json`` beside it, so a resumed run continues the same one.
+numbers are still in the event file. So are the trackers when a call of theirs has not returned within
+``ANSWER_SECONDS`` (a server that stopped answering, whose client retries for minutes). Which
+tracker run a run directory logs to is kept in ``trackers.json`` beside it, so a resumed run continues
+the same one.
 """
 
 import json
