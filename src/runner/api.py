@@ -185,12 +185,13 @@ def process_kept() -> Iterator[None]:
 
 
 def result_of(run_dir: Path) -> TrainResult:
+    from runner.config.bounded_read import read_bounded
     from runner.observe.records import RESULT_FILE
 
     path = run_dir / RESULT_FILE
     try:
-        result = json.loads(path.read_text())
-    except (OSError, ValueError):
+        result = json.loads(read_bounded(path))
+    except (OSError, ValueError, RecursionError):
         result = {}
     return TrainResult(
         run_dir=run_dir,

@@ -24,7 +24,7 @@ from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
 from runner.cli.hydra_help import help_without_schemas
 from runner.cli.hydra_start import check_folder_names, new_sweep_dir, planned_run_dir
-from runner.cli.project_defaults import all_options_of, project_defaults_error
+from runner.cli.project_defaults import all_options_of, no_such_option, project_defaults_error
 from runner.cli.suggest import closest_argument
 from runner.cli.write_guard import release_folders
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
@@ -148,7 +148,7 @@ def check_command_line(command_line: CommandLine, flags: Iterable[str] = ()) -> 
             check_value(key, value)
             options = options_of(key, command_line) if key in groups else []
             if options and isinstance(value, str) and value not in options:
-                raise ConfigError(f"{key}={value}: no such option; {key} is one of {', '.join(options)}")
+                raise ConfigError(no_such_option(key, value, options))
     check_cfg_flag(command_line)
 
 
@@ -231,7 +231,7 @@ def composition_error(error: Exception, command_line: CommandLine | None = None)
     group = re.search(r"Available options in '([^']+)'", text)
     if isinstance(error, MissingConfigException) and error.missing_cfg_file and group and error.options:
         option = error.missing_cfg_file.removeprefix(group[1] + "/")
-        return f"{group[1]}={option}: no such option; {group[1]} is one of {', '.join(error.options)}"
+        return no_such_option(group[1], option, list(error.options))
     if isinstance(error, MissingConfigException) and error.missing_cfg_file:
         return f"there is no config {error.missing_cfg_file} (is its folder on hydra.searchpath?)"
     unknown = re.match(r"Could not override '([^']+)'.\s*To append to your config use (\S+)", text)

@@ -7,6 +7,7 @@ for a sweep whose jobs run in worker processes it takes the stop signals (``work
 
 Hydra turns an exception raised in a callback into a warning and goes on, so a refusal here exits."""
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +85,24 @@ class StartChecks(Callback):
         guard_sweep_dir(config, sweep_dir.absolute())
         if "JoblibLauncher" in str(config.hydra.launcher.get("_target_", "")):
             worker_stop.watch(sweep_dir)
+        prepare_mlflow(config, sweep_dir.absolute())
+
+
+def prepare_mlflow(config: DictConfig, sweep_dir: Path) -> None:
+    """``logger=[mlflow]``: the sweep's store and parent run, made before any job starts (its jobs,
+    started at once, then only find them); a store MLflow refuses is one line before any job runs."""
+    try:
+        loggers = list(config.get("logger") or [])
+        settings = config.get("mlflow") or {}
+        tracking_uri, experiment = settings.get("tracking_uri"), settings.get("experiment")
+    except OmegaConfBaseException:
+        return  # the jobs' own checks name what cannot be resolved
+    if "mlflow" not in loggers or not isinstance(experiment, str) or int(os.environ.get("RANK", 0)) != 0:
+        return
+    from runner.config.errors import UserError
+    from runner.observe.mlflow_tracker import prepare_sweep
+
+    try:
+        prepare_sweep(sweep_dir, tracking_uri, experiment)
+    except UserError as error:
+        exit_with(error)

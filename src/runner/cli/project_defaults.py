@@ -4,7 +4,7 @@ really has, and Hydra's errors on them said as the project file's."""
 import re
 from pathlib import Path
 
-from runner.config.project import Project
+from runner.config.project import Project, active_project
 
 
 def all_options_of(group: str, config_dir: Path) -> list[str]:
@@ -37,3 +37,18 @@ def project_defaults_error(project: Project, text: str) -> str:
             f"the command line ({name}={option}), or remove it from defaults"
         )
     return f"{project.file}: [tool.runner] defaults: {first}"
+
+
+def no_such_option(group: str, option: str, options: list[str]) -> str:
+    """An option the group lacks; outside any project, where the option is likely a project's own
+    (``model=small_gru`` typed in the wrong folder), also that no project was found, and where runner
+    looked."""
+    said = f"{group}={option}: no such option; {group} is one of {', '.join(options)}"
+    if active_project() is not None or group.startswith("hydra/"):
+        return said
+    here = str(Path.cwd())
+    here = here if here.isprintable() else repr(here)  # a folder's name may hold a newline
+    return (
+        f"{said}; no project was found from {here} (runner looks for a pyproject.toml with [tool.runner] "
+        "in the working folder and each folder above it)"
+    )

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from runner.config.closest import closest_name
 from runner.config.errors import ConfigError, show
 from runner.config.monitors import check_monitored
 from runner.config.schema import SETTINGS, TOP_LEVEL_KEYS, RunConfig
@@ -111,7 +112,9 @@ def check_section_key(key: str, given: str) -> None:
     if any(".".join(parts[:n]) in SETTINGS for n in range(2, len(parts) + 1)):
         return
     known = dict.fromkeys(name.split(".")[1] for name in SETTINGS if name.startswith(parts[0] + "."))
-    raise ConfigError(f"{given}: {parts[0]} has no key {parts[1]}; its keys: {', '.join(known)}")
+    near = closest_name(parts[1], known)
+    hint = f"did you mean {parts[0]}.{near}? " if near else ""
+    raise ConfigError(f"{given}: {parts[0]} has no key {parts[1]}; {hint}its keys: {', '.join(known)}")
 
 
 def check_deletable(key: str, given: str) -> None:

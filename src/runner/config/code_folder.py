@@ -76,6 +76,22 @@ def hidden_modules(folder: Path) -> list[tuple[str, Path, str]]:
     return hidden
 
 
+STARTUP_MODULES = ("sitecustomize", "usercustomize")  # what Python's site imports in every process
+
+
+def startup_files(folder: Path) -> list[Path]:
+    """The files of ``folder`` that Python's ``site`` would run at the start of every process with the
+    folder on its ``PYTHONPATH`` (``sitecustomize``, ``usercustomize``), or with it as a site folder
+    (``.pth`` files, whose ``import`` lines run)."""
+    modules = top_level_modules(folder)
+    found = [modules[name] for name in STARTUP_MODULES if name in modules]
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return found
+    return found + [folder / name for name in names if name.endswith(".pth")]
+
+
 def package_taken(package: str) -> str | None:
     """Where a new project's package ``package`` would clash with what is importable now."""
     if package in sys.stdlib_module_names or package in sys.builtin_module_names:

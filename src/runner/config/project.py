@@ -10,14 +10,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.config.code_folder import hidden_modules
+from runner.config.code_folder import hidden_modules, startup_files
 from runner.config.errors import ConfigError
 from runner.config.project_file import runner_table
+from runner.config.project_trust import PROJECT_ENV, check_trusted, inside
 
 PROJECT_FILE = "pyproject.toml"
-# The project runner found, handed to the processes it starts (joblib and submitit workers, a
-# resume's command): its root folder.
-PROJECT_ENV = "RUNNER_PROJECT"
 KEYS = {"conf": "the config folder (default conf)", "code": "the folder holding the code (default src)",
         "defaults": "the config groups' default options, e.g. {model = \"my_net\"}"}  # fmt: skip
 # What a run leaves in its folder (runner.experiment.run_files, Hydra's record, a sweep's record).
@@ -43,7 +41,8 @@ class Project:
 def find_project(start: Path) -> Project | None:
     """The project ``start`` (a folder) lies in: the nearest ``pyproject.toml`` above it, itself
     included, that has a ``[tool.runner]`` table, above every folder of the way that holds a run; None
-    outside any project."""
+    outside any project. One found above ``start`` that another user may have written is refused
+    (``runner.config.project_trust``)."""
     folders = [start.resolve(), *start.resolve().parents]
     runs = [index for index, folder in enumerate(folders) if holds_a_run(folder)]
     for folder in folders[: runs[-1] + 1] if runs else []:
@@ -54,7 +53,10 @@ def find_project(start: Path) -> Project | None:
     for folder in folders[runs[-1] + 1 :] if runs else folders:
         table = read_table(folder / PROJECT_FILE)
         if table is not None:
-            return project_of(folder, table)
+            check_trusted(folder, start, [folder, folder / PROJECT_FILE])
+            project = project_of(folder, table)
+            check_trusted(folder, start, inside([project.conf, project.code]))
+            return project
     return None
 
 
@@ -152,7 +154,15 @@ def enter_project(project: Project, code_importable: bool = True) -> None:
 def check_code_folder(project: Project) -> None:
     """A module of the code folder that would hide the standard library's, an installed package's or
     one this process imported from elsewhere (another project's package of the same name) is refused
-    in one line naming both."""
+    in one line naming both; so is a file Python would run at the start of every process the folder is
+    on the ``PYTHONPATH`` of (``sitecustomize.py``: every joblib worker, every torchrun rank)."""
+    startup = startup_files(project.code)
+    if startup:
+        raise ConfigError(
+            f"{project.file}: [tool.runner] code: the code folder {project.code} holds {startup[0].name}, "
+            "which Python would run at the start of every process runner starts (the folder is on their "
+            f"PYTHONPATH); runner does not start processes with it: move it out of {project.code}"
+        )
     hidden = hidden_modules(project.code)
     if hidden:
         name, path, elsewhere = hidden[0]

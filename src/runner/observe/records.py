@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from runner.checkpoint.durable import write_text, writing
+from runner.config.bounded_read import read_bounded
 
 RESULT_FILE = "result.json"
 # How fast the run goes and the memory it holds: TensorBoard lists its tag groups by name, so these sort
@@ -61,10 +62,8 @@ def recorded_result(run_dir: Path) -> dict[str, Any]:
     """A run's ``result.json`` as written by ``write_result``; empty where there is none (or a damaged
     one): the run has no recorded outcome."""
     path = run_dir / RESULT_FILE
-    if not path.is_file():  # a FIFO or a device there would block the read, or never end it
-        return {}
-    try:
-        result = json.loads(path.read_text())
+    try:  # a FIFO or a device there would block the read, or never end it; bounded in size
+        result = json.loads(read_bounded(path))
     except (OSError, ValueError, RecursionError):  # nested thousands deep: not one write_result wrote
         return {}
     return result if isinstance(result, dict) else {}

@@ -23,12 +23,14 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 
 from runner.checkpoint.durable import WriteError, atomic_write, writing
+from runner.config.bounded_read import UnreadableFile, read_bounded
 from runner.observe.events import read_records, tf_record
 from runner.observe.hparams import HPARAMS_FILE, START_TAG, records
 from runner.observe.records import best_tag
 
 log = logging.getLogger("runner")
 EXPERIMENT_FILE = "events.out.tfevents.0000000000.experiment"
+HPARAMS_LIMIT = 16 << 20  # a run's record is its flattened config and its end: a few KB
 EXPERIMENT_TAG = "_hparams_/experiment"  # TensorBoard's name
 SWEEP_MARK = "multirun.yaml"  # Hydra writes it into a sweep's directory before the first job starts
 RUNS_FOLDER = "outputs"  # where runner puts runs: hydra.run.dir's and hydra.sweep.dir's default
@@ -43,14 +45,15 @@ def runs_folder_of(run_dir: Path) -> Path | None:
 
 def session_hparams(run_dir: Path) -> dict[str, Value]:
     """A run's settings as its HParams record holds them; empty where it has none (yet), or a damaged
-    one (TensorBoard skips it too)."""
+    one (TensorBoard skips it too), or one that is no plain file of a record's size (a FIFO there would
+    hang the end of every run under the same ``outputs/``)."""
     try:
-        for record in read_records((run_dir / HPARAMS_FILE).read_bytes()):
+        for record in read_records(read_bounded(run_dir / HPARAMS_FILE, HPARAMS_LIMIT)):
             for value in Event.FromString(record).summary.value:
                 if value.tag == START_TAG:
                     data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
                     return dict(data.session_start_info.hparams)
-    except (OSError, DecodeError):
+    except (OSError, DecodeError, UnreadableFile):
         pass
     return {}
 

@@ -7,24 +7,32 @@ event file gets, the same scalars at the same steps, handed over to one writer t
 save, and at the end) waits until every tracker has them.
 
 A tracker that fails (a server that went away) is dropped with one warning: the run goes on, and its
-numbers are still in the event file. Which tracker run a run directory logs to is kept in
-``trackers.json`` beside it, so a resumed run continues the same one.
+numbers are still in the event file. So are the trackers when a call of theirs has not returned within
+``ANSWER_SECONDS`` (a server that stopped answering, whose client retries for minutes). Which
+tracker run a run directory logs to is kept in ``trackers.json`` beside it, so a resumed run continues
+the same one.
 """
 
 import json
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from runner.checkpoint.durable import write_text, writing
+from runner.config.bounded_read import UnreadableFile, read_bounded
+from runner.config.errors import UserError
 from runner.observe.writer import MetricLogger
 
 log = logging.getLogger("runner")
 TRACKERS_FILE = "trackers.json"
+# How long one tracker call may take before the trackers are left out: MLflow's client retries a
+# server that went away for about four minutes.
+ANSWER_SECONDS = 10.0
 SWEEP_MARK = "multirun.yaml"  # Hydra writes it into a sweep's directory before the first job starts
 
 
@@ -60,10 +68,19 @@ def recorded_trackers(run_dir: Path) -> dict[str, Any]:
     """This run directory's ``trackers.json``: each tracker's run id (and where it is); empty if none."""
     path = run_dir / TRACKERS_FILE
     try:
-        recorded = json.loads(path.read_text()) if path.is_file() else {}
+        recorded = json.loads(read_bounded(path))
+    except FileNotFoundError:
+        return {}
+    except UnreadableFile as error:
+        raise UserError(
+            f"cannot continue the trackers' runs: {path}: {error}; move it away (the trackers then start "
+            "new runs) and resume again"
+        ) from None
     except (OSError, ValueError, RecursionError):
         return {}
-    return recorded if isinstance(recorded, dict) else {}
+    if not isinstance(recorded, dict):
+        return {}
+    return {name: record for name, record in recorded.items() if isinstance(record, dict)}  # forged: none
 
 
 def open_trackers(
@@ -72,12 +89,11 @@ def open_trackers(
 ) -> list[Tracker]:  # fmt: skip
     """The trackers ``names`` asks for besides TensorBoard, each with its run started (or continued)
     and the config logged. A tracker that cannot start is a ``UserError`` naming it: before training."""
-    earlier = recorded_trackers(run_dir) if resumed_at is not None else {}
+    wanted = [name for name in names if name != "tensorboard"]
+    earlier = recorded_trackers(run_dir) if resumed_at is not None and wanted else {}
     opened: list[Tracker] = []
     try:
-        for name in names:
-            if name == "tensorboard":
-                continue
+        for name in wanted:
             section = getattr(settings, name, None)
             start = TrackerStart(run_dir, hparams, section, resumed_at, earlier.get(name, {}))
             opened.append(OPENERS[name]()(start))
@@ -120,14 +136,20 @@ OPENERS: dict[str, Callable[[], Callable[[TrackerStart], Tracker]]] = {
 
 class Loggers:
     """A :class:`MetricLogger` that writes the event file (``main``) and hands every call on to the
-    trackers, in order, on one thread of their own."""
+    trackers, in order, on one thread of their own. A tracker call that has not returned after
+    ``answer_seconds`` (a tracking server that died: its client retries for minutes) no longer holds the
+    run up: waiting for the trackers stops, and they are left out, with one warning."""
 
-    def __init__(self, main: MetricLogger, trackers: list[Tracker]) -> None:
+    def __init__(
+        self, main: MetricLogger, trackers: list[Tracker], answer_seconds: float = ANSWER_SECONDS
+    ) -> None:
         self.main, self.trackers = main, list(trackers)
+        self.answer_seconds = answer_seconds
         self._calls: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
+        self._calling: tuple[str, float] | None = None  # the tracker being called, since when (monotonic)
         self._thread = threading.Thread(target=self._run, name="trackers", daemon=True)
         self._thread.start()
-        self._closed = self._finished = False
+        self._closed = self._finished = self._left_out = False
 
     @property
     def error(self) -> BaseException | None:  # the event file's: a run stops only for its own record
@@ -136,25 +158,32 @@ class Loggers:
     def _run(self) -> None:
         while (call := self._calls.get()) is not None:
             method, args = call
+            if method == "reached":
+                args[0].set()
+                continue
             for tracker in list(self.trackers):
+                self._calling = (tracker.name, time.monotonic())
                 try:
                     getattr(tracker, method)(*args)
                 except Exception as error:
-                    self.trackers.remove(tracker)
-                    log.warning(
-                        "logger %s failed and is left out for the rest of the run (its numbers are in "
-                        "TensorBoard's event files): %s: %s", tracker.name, type(error).__name__, error,
-                    )  # fmt: skip
-            self._calls.task_done()
-        self._calls.task_done()
+                    if tracker in self.trackers:
+                        self.trackers.remove(tracker)
+                        log.warning(
+                            "logger %s failed and is left out for the rest of the run (its numbers are in "
+                            "TensorBoard's event files): %s: %s", tracker.name, type(error).__name__, error,
+                        )  # fmt: skip
+                finally:
+                    self._calling = None
 
     def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
         self.main.log_scalars(step, scalars)
-        self._calls.put(("log_scalars", (step, dict(scalars))))
+        if not self._left_out:
+            self._calls.put(("log_scalars", (step, dict(scalars))))
 
     def log_text(self, tag: str, text: str) -> None:
         self.main.log_text(tag, text)
-        self._calls.put(("log_text", (tag, text)))
+        if not self._left_out:
+            self._calls.put(("log_text", (tag, text)))
 
     def finish(self, status: str, result: Mapping[str, Any]) -> None:
         """How the run ended (``ok``, ``failed``, ``stopped``: to be resumed) and its result: the
@@ -167,7 +196,28 @@ class Loggers:
 
     def flush(self) -> None:
         self.main.flush()
-        self._calls.join()
+        self._wait()
+
+    def _wait(self) -> None:
+        """Until the trackers have every call made so far, or one call has taken ``answer_seconds``."""
+        if self._left_out:
+            return
+        reached = threading.Event()
+        self._calls.put(("reached", (reached,)))
+        while not reached.wait(min(1.0, self.answer_seconds)):
+            calling = self._calling
+            if calling is not None and time.monotonic() - calling[1] > self.answer_seconds:
+                self._leave_out(calling[0])
+                return
+
+    def _leave_out(self, name: str) -> None:
+        self._left_out = True
+        others = "".join(f", with {tracker.name}" for tracker in self.trackers if tracker.name != name)
+        self.trackers.clear()
+        log.warning(
+            "logger %s did not answer within %g s and is left out for the rest of the run%s (the numbers are "
+            "in TensorBoard's event files)", name, self.answer_seconds, others,
+        )  # fmt: skip
 
     def close(self) -> None:
         """The trackers' runs closed (as failed, if the run did not say how it ended), then the event
@@ -176,6 +226,7 @@ class Loggers:
             self.finish("failed", {})
             self._closed = True
             self._calls.put(("close", ()))
+            self._wait()
             self._calls.put(None)
-            self._thread.join()
+            self._thread.join(None if not self._left_out else 0)
         self.main.close()

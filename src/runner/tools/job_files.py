@@ -11,6 +11,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator, ScalarEvent
 
+from runner.config.bounded_read import read_bounded
 from runner.config.job_dirs import job_number
 from runner.config.plain_yaml import UnreadableRecord, read_plain
 from runner.observe.events import holds_only_events, wall_time_span
@@ -78,7 +79,7 @@ def read_result(path: Path) -> dict[str, Any]:
     if not path.exists() or not plain_file(path):
         return {}
     try:
-        result = json.loads(path.read_text())
+        result = json.loads(read_bounded(path))
         if not isinstance(result, dict):
             raise ValueError(f"it holds a JSON {type(result).__name__}, not an object")
     except RecursionError:  # arrays or objects nested thousands deep: no record runner writes
