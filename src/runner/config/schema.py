@@ -69,6 +69,10 @@ class DataConfig:
     sampler: Any = setting(None)
     drop_last: bool = setting(False, rule=BOOLEAN)
     num_workers: int = setting(0, rule=int_at_least(0), resume="may_change")
+    # Each sample's random draws (torch's, Python's and numpy's global generators, inside __getitem__
+    # and collate_fn) start from a seed of (seed, epoch, index), in workers and the main process alike:
+    # the same run whatever data.num_workers. false: torch's worker seeding, the draws of runs before it.
+    sample_seeds: bool = setting(True, rule=BOOLEAN)
     # A _target_ building the DataLoader's collate_fn (a padding collator); null: torch's default.
     collate_fn: Any = setting(None)
     # Where a dict batch holds its targets, for the loss and the metrics.

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from runner.config.errors import UserError
+from runner.data.sample_seeds import seeded
 
 
 class EpochSampler(Sampler[int]):
@@ -166,15 +167,20 @@ def make_loader(
     sampler: EpochSampler | None = None,
     drop_last: bool = False,
     collate_fn: Callable | None = None,
+    sample_seeds: bool = False,
 ) -> DataLoader:
     """A loader with its own generator: starting it draws nothing from the global random state (the
     workers' base seed comes from the generator), so validating never changes the training. A
     stream's workers are started afresh each pass, so each pass's copy of the data set carries its
-    ``set_epoch``."""
+    ``set_epoch``. ``sample_seeds`` (``data.sample_seeds``, with a ``sampler``): each sample draws from
+    a seed of its own (``sample_seeds.py``)."""
+    persistent = num_workers > 0 and not is_stream(dataset)
+    loader_sampler: Sampler | None = sampler
+    if sample_seeds and sampler is not None:
+        dataset, loader_sampler, collate_fn = seeded(dataset, sampler, collate_fn, seed)
     return DataLoader(
-        dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
-        persistent_workers=num_workers > 0 and not is_stream(dataset), drop_last=drop_last,
-        collate_fn=collate_fn,
+        dataset, batch_size=batch_size, sampler=loader_sampler, num_workers=num_workers,
+        pin_memory=pin_memory, persistent_workers=persistent, drop_last=drop_last, collate_fn=collate_fn,
         generator=torch.Generator().manual_seed(seed),
     )  # fmt: skip
 
@@ -193,10 +199,12 @@ def make_loaders(
     drop_last: bool = False,
     collate_fn: Callable | None = None,
     order: Sampler[int] | None = None,
+    sample_seeds: bool = False,
 ) -> tuple[DataLoader, DataLoader, EpochSampler | None]:
     """Train and validation loaders; the train sampler (``None`` for a stream) is returned to be
     stepped per epoch. ``order``: a sampler of the user's that orders the training set instead of
-    ``randperm(seed + epoch)``. Validation never drops a batch."""
+    ``randperm(seed + epoch)``. ``sample_seeds``: each sample of a map-style set draws from a seed of
+    its own. Validation never drops a batch."""
     if is_stream(train_set):
         train_sampler = None
     elif order is not None:
@@ -204,7 +212,8 @@ def make_loaders(
     else:
         train_sampler = EpochSampler(len(train_set), shuffle, seed, rank, world_size)
     val_sampler = None if is_stream(val_set) else EpochSampler(len(val_set), False, seed, rank, world_size)
-    common = {"seed": seed, "pin_memory": pin_memory, "num_workers": num_workers, "collate_fn": collate_fn}
+    common = {"seed": seed, "pin_memory": pin_memory, "num_workers": num_workers, "collate_fn": collate_fn,
+              "sample_seeds": sample_seeds}  # fmt: skip
     train_loader = make_loader(train_set, batch_size, sampler=train_sampler, drop_last=drop_last, **common)
     val_loader = make_loader(val_set, val_batch_size or batch_size, sampler=val_sampler, **common)
     return train_loader, val_loader, train_sampler

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Sampler, default_collate
 
+from runner.data.sample_seeds import own_collate
 from runner.training.batches import BatchError, describe
 
 
@@ -34,14 +35,15 @@ def collation_failure(loader: DataLoader, sampler: Sampler | None) -> str | None
         samples = [loader.dataset[index] for index in indices]
     except Exception:
         return None
+    collate_fn = own_collate(loader.collate_fn)
     try:
-        loader.collate_fn(samples)
+        collate_fn(samples)
     except Exception as error:
-        default = loader.collate_fn is default_collate
+        default = collate_fn is default_collate
         which = (
             "torch's default collate (data.collate_fn=null)"
             if default
-            else f"data.collate_fn ({type(loader.collate_fn).__name__})"
+            else f"data.collate_fn ({type(collate_fn).__name__})"
         )
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         fix = (
