@@ -208,7 +208,7 @@ def first_column_names(table: str) -> set[str]:
 # position, a model that carries state, data.sampler.
 KEYS_OF_FEATURES = {
     "averaged_model_state_dict", "dataset_state_dict", "carried_state_dict", "sampler_state_dict",
-    "frozen_weights_sha256",
+    "frozen_weights_sha256", "stream_loader_state_dict",
 }  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from runner.config.errors import UserError
 from runner.data.sample_seeds import seeded
+from runner.data.stream_state import LoaderPosition, keeps_own_position, training_loader_class
 
 
 class EpochSampler(Sampler[int]):
@@ -168,6 +169,7 @@ def make_loader(
     drop_last: bool = False,
     collate_fn: Callable | None = None,
     sample_seeds: bool = False,
+    loader_class: Callable[..., DataLoader] = DataLoader,
 ) -> DataLoader:
     """A loader with its own generator: starting it draws nothing from the global random state (the
     workers' base seed comes from the generator), so validating never changes the training. A
@@ -178,7 +180,7 @@ def make_loader(
     loader_sampler: Sampler | None = sampler
     if sample_seeds and sampler is not None:
         dataset, loader_sampler, collate_fn = seeded(dataset, sampler, collate_fn, seed)
-    return DataLoader(
+    return loader_class(
         dataset, batch_size=batch_size, sampler=loader_sampler, num_workers=num_workers,
         pin_memory=pin_memory, persistent_workers=persistent, drop_last=drop_last, collate_fn=collate_fn,
         generator=torch.Generator().manual_seed(seed),
@@ -214,7 +216,10 @@ def make_loaders(
     val_sampler = None if is_stream(val_set) else EpochSampler(len(val_set), False, seed, rank, world_size)
     common = {"seed": seed, "pin_memory": pin_memory, "num_workers": num_workers, "collate_fn": collate_fn,
               "sample_seeds": sample_seeds}  # fmt: skip
-    train_loader = make_loader(train_set, batch_size, sampler=train_sampler, drop_last=drop_last, **common)
+    train_loader = make_loader(
+        train_set, batch_size, sampler=train_sampler, drop_last=drop_last,
+        loader_class=training_loader_class(train_set, num_workers), **common,
+    )  # fmt: skip
     val_loader = make_loader(val_set, val_batch_size or batch_size, sampler=val_sampler, **common)
     return train_loader, val_loader, train_sampler
 
@@ -246,7 +251,10 @@ def epoch_batches(
 
 class StreamPosition:
     """A stream's own state (its ``state_dict``) as of the batches trained, not as of the batches
-    read ahead: what a checkpoint saves, so a resumed run reads on from exactly there."""
+    read ahead: what a checkpoint saves (as ``dataset_state_dict``), so a resumed run reads on from
+    exactly there. Read by workers, the loader's state is saved instead (``stream_state.py``)."""
+
+    name = "dataset"
 
     def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
@@ -255,6 +263,9 @@ class StreamPosition:
     def read(self) -> Any:
         return copy.deepcopy(self.dataset.state_dict())
 
+    def after_pass(self) -> Any:
+        return self.read()
+
     def state_dict(self) -> Any:
         return self.trained if self.trained is not None else self.read()
 
@@ -262,7 +273,20 @@ class StreamPosition:
         self.dataset.load_state_dict(state)
 
 
-def read_ahead(windows: Iterator[list], position: StreamPosition | None) -> Iterator[tuple[list, bool]]:
+def stream_position(loader: DataLoader, dataset: Any) -> StreamPosition | LoaderPosition | None:
+    """Where the training stream stands, for the checkpoints: the data set's own state read in this
+    process, or the workers' through torchdata's loader; None when it cannot be kept (a resume then
+    reads the pass again from its start and skips the batches done)."""
+    if not keeps_own_position(dataset):
+        return None
+    if loader.num_workers == 0:
+        return StreamPosition(dataset)
+    return LoaderPosition(loader) if hasattr(loader, "load_state_dict") else None
+
+
+def read_ahead(
+    windows: Iterator[list], position: StreamPosition | LoaderPosition | None
+) -> Iterator[tuple[list, bool]]:
     """Each window of a stream with whether it is the pass's last, known by reading the next one
     first: the pass ends at its last step, as a map-style epoch does. ``position`` (a stream that
     keeps its own state) is set to the state after each window as it is trained, and after the end
@@ -271,7 +295,9 @@ def read_ahead(windows: Iterator[list], position: StreamPosition | None) -> Iter
     state = position.read() if position else None
     while window is not None:
         following = next(windows, None)
-        following_state = position.read() if position else None
+        following_state = None
+        if position is not None:
+            following_state = position.read() if following is not None else position.after_pass()
         if position is not None:
             position.trained = following_state if following is None else state
         yield window, following is None
