@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import PLUGINS, read_scalars, run_cli
+from conftest import PLUGINS, composed, read_scalars, run_cli
 
 SETUP = (
     "data=classification", "data.dataset.num_train=48", "data.dataset.num_val=16", "data.batch_size=16",
@@ -74,8 +74,6 @@ def test_sample_seeds_are_apart_for_nearby_indices_epochs_and_seeds(seed):
 def test_a_checkpoint_from_before_sample_seeds_resumes_only_with_the_draws_it_had(tmp_path):
     """Its config has no data.sample_seeds: it ran with what is now data.sample_seeds=false, which the
     refusal names; with it, the resume goes on."""
-    from conftest import composed
-
     from runner.checkpoint.files import CheckpointError
     from runner.config.typed import as_dict
     from runner.experiment.resume import check_resume_compatible
@@ -123,4 +121,58 @@ def test_verify_resume_with_two_workers_resumes_exactly(tmp_path, kill_at):
     assert verified.stdout.startswith(
         f"resumes exactly: 6 steps uninterrupted, and killed (SIGKILL) at step {kill_at} then resumed from "
         f"step {kill_at - 1}"
+    )
+
+
+OWN_GENERATOR = "data.dataset._target_=augmenting.own_generator_classification"
+
+
+def test_the_docs_recipe_for_a_generator_of_its_own_trains_alike_with_any_workers(train_here, tmp_path):
+    """docs/own-model.md: a generator made in __getitem__ from torch.initial_seed() (the sample's seed)."""
+    recipe = (*SETUP, OWN_GENERATOR, "+data.dataset.recipe=true")
+    runs = [saved(train_here(*recipe, f"data.num_workers={n}", run_dir=tmp_path / f"{n}")) for n in (0, 2)]
+    assert all(torch.equal(runs[0]["model_state_dict"][k], v) for k, v in runs[1]["model_state_dict"].items())
+
+
+def test_doctor_names_a_data_set_that_draws_from_a_generator_of_its_own(monkeypatch):
+    """Check 1 reads sample 0 twice at one epoch: a generator made in __init__ gives two samples."""
+    from hydra.utils import instantiate
+
+    from runner.experiment.setup import prepare
+    from runner.tools.doctor import PASS, Setup, run_checks
+    from runner.tools.doctor.probe import WARN
+
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    found = {}
+    for recipe in (False, True):
+        config = composed(*SETUP, OWN_GENERATOR, f"+data.dataset.recipe={recipe}")
+        setup = Setup.of(
+            config, prepare(config, instantiate, 0), lambda m: torch.optim.SGD(m.parameters(), 0.1)
+        )
+        found[recipe] = run_checks(setup)[0]
+    assert (
+        found[False].status == WARN and "sample 0 read twice at the same epoch differs" in found[False].found
+    )
+    assert "torch.initial_seed()" in found[False].advice
+    assert found[True].status == PASS, found[True]
+
+
+def test_verify_resume_names_the_workers_draws_when_sample_seeds_is_off():
+    from runner.tools.verify_resume import worker_draws_cause
+
+    (line,) = worker_draws_cause({"data": {"sample_seeds": False, "num_workers": 2}})
+    assert "data.sample_seeds=false and data.num_workers=2" in line and "set data.sample_seeds=true" in line
+    assert worker_draws_cause({"data": {"sample_seeds": True, "num_workers": 2}}) == []
+    assert worker_draws_cause({"data": {"sample_seeds": False, "num_workers": 0}}) == []
+
+
+@pytest.mark.slow
+def test_verify_resume_asks_doctor_about_the_data_sets_own_generator(tmp_path, monkeypatch):
+    from runner.tools.verify_resume import own_generator_cause
+
+    monkeypatch.setenv("PYTHONPATH", str(PLUGINS))
+    monkeypatch.chdir(tmp_path)
+    (line,) = own_generator_cause([*COMMAND_LINE[:3], OWN_GENERATOR])
+    assert line.startswith(
+        "the data set's draws (runner doctor): sample 0 read twice at the same epoch differs"
     )

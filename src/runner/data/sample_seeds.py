@@ -146,3 +146,38 @@ def seeded(
 def own_collate(collate_fn: Callable) -> Callable:
     """The collate function a loader was given: the user's (or torch's default) within runner's."""
     return collate_fn.collate_fn if isinstance(collate_fn, SeededCollate) else collate_fn
+
+
+def same_sample(first: Any, second: Any) -> bool:
+    """Two reads of one sample alike: tensors and arrays bit for bit (NaN equal to NaN), containers
+    item by item, anything else by ``==``."""
+    if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor):
+        return first.shape == second.shape and bool(torch.equal(first.nan_to_num(), second.nan_to_num()))
+    if isinstance(first, np.ndarray) and isinstance(second, np.ndarray):
+        return np.array_equal(first, second, equal_nan=first.dtype.kind == "f")
+    if isinstance(first, dict) and isinstance(second, dict):
+        return first.keys() == second.keys() and all(same_sample(first[k], second[k]) for k in first)
+    if isinstance(first, list | tuple) and isinstance(second, list | tuple):
+        return len(first) == len(second) and all(map(same_sample, first, second))
+    try:
+        return bool(first == second)
+    except (TypeError, ValueError, RuntimeError):  # an object whose == is not a truth value
+        return True
+
+
+def reads_alike(dataset: Any, index: int = 0) -> bool | None:
+    """Whether sample ``index`` comes out the same when read twice from the same seed (as each read of a
+    run at one epoch is): False names a generator the run's seed does not reach (one the data set made
+    for itself). None for a stream (no index). The main process's states are put back."""
+    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__") or len(dataset) == 0:
+        return None
+    inner = dataset.dataset if isinstance(dataset, SeededSamples) else dataset
+    kept = HostStates.now()
+    try:
+        reads = []
+        for _ in range(2):
+            start_generators(sample_seed(0, 0, index))
+            reads.append(inner[index])
+    finally:
+        kept.restore()
+    return same_sample(*reads)
