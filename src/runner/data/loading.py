@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from runner.config.errors import UserError
-from runner.data.sample_seeds import seeded
+from runner.data.sample_seeds import draws_nothing, seeded
 from runner.data.stream_state import LoaderPosition, keeps_own_position, training_loader_class
 
 
@@ -170,19 +170,23 @@ def make_loader(
     collate_fn: Callable | None = None,
     sample_seeds: bool = False,
     loader_class: Callable[..., DataLoader] = DataLoader,
+    prefetch_factor: int | None = None,
+    persistent_workers: bool = True,
 ) -> DataLoader:
     """A loader with its own generator: starting it draws nothing from the global random state (the
     workers' base seed comes from the generator), so validating never changes the training. A
     stream's workers are started afresh each pass, so each pass's copy of the data set carries its
     ``set_epoch``. ``sample_seeds`` (``data.sample_seeds``, with a ``sampler``): each sample draws from
-    a seed of its own (``sample_seeds.py``)."""
-    persistent = num_workers > 0 and not is_stream(dataset)
+    a seed of its own (``sample_seeds.py``). ``prefetch_factor`` and ``persistent_workers`` apply with
+    workers (``data.*``; torch's default read-ahead for None)."""
+    persistent = persistent_workers and num_workers > 0 and not is_stream(dataset)
     loader_sampler: Sampler | None = sampler
-    if sample_seeds and sampler is not None:
+    if sample_seeds and sampler is not None and not draws_nothing(dataset, collate_fn):
         dataset, loader_sampler, collate_fn = seeded(dataset, sampler, collate_fn, seed)
     return loader_class(
         dataset, batch_size=batch_size, sampler=loader_sampler, num_workers=num_workers,
         pin_memory=pin_memory, persistent_workers=persistent, drop_last=drop_last, collate_fn=collate_fn,
+        prefetch_factor=prefetch_factor if num_workers > 0 else None,
         generator=torch.Generator().manual_seed(seed),
     )  # fmt: skip
 
@@ -202,6 +206,8 @@ def make_loaders(
     collate_fn: Callable | None = None,
     order: Sampler[int] | None = None,
     sample_seeds: bool = False,
+    prefetch_factor: int | None = None,
+    persistent_workers: bool = True,
 ) -> tuple[DataLoader, DataLoader, EpochSampler | None]:
     """Train and validation loaders; the train sampler (``None`` for a stream) is returned to be
     stepped per epoch. ``order``: a sampler of the user's that orders the training set instead of
@@ -215,7 +221,8 @@ def make_loaders(
         train_sampler = EpochSampler(len(train_set), shuffle, seed, rank, world_size)
     val_sampler = None if is_stream(val_set) else EpochSampler(len(val_set), False, seed, rank, world_size)
     common = {"seed": seed, "pin_memory": pin_memory, "num_workers": num_workers, "collate_fn": collate_fn,
-              "sample_seeds": sample_seeds}  # fmt: skip
+              "sample_seeds": sample_seeds, "prefetch_factor": prefetch_factor,
+              "persistent_workers": persistent_workers}  # fmt: skip
     train_loader = make_loader(
         train_set, batch_size, sampler=train_sampler, drop_last=drop_last,
         loader_class=training_loader_class(train_set, num_workers), **common,

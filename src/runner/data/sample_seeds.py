@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Sampler, default_collate, get_worker_info
+from torch.utils.data import Dataset, Sampler, TensorDataset, default_collate, get_worker_info
 
 MASK = 2**64 - 1
 SAMPLE, COLLATE = 0, 1  # what a seed is for: a sample's __getitem__, or a batch's collate function
@@ -133,6 +133,13 @@ class SeededCollate:
             return self.collate_fn(batch)
         finally:
             self.samples.restore()
+
+
+def draws_nothing(dataset: Dataset, collate_fn: Callable | None) -> bool:
+    """torch's ``TensorDataset`` read with torch's collate: indexing only, nothing to seed (the built-in
+    data sets: the default run pays nothing for per-sample seeds)."""
+    indexes_only = isinstance(dataset, TensorDataset) and type(dataset).__getitem__ is TensorDataset.__getitem__
+    return indexes_only and not hasattr(dataset, "__getitems__") and collate_fn is None
 
 
 def seeded(

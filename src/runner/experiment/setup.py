@@ -241,7 +241,8 @@ def prepare(config: RunConfig, build: Build, seed: int, process: ProcessInfo | N
         parts.train_set, parts.val_set, data.batch_size, data.shuffle, data.num_workers, seed,
         pin_memory=device.type == "cuda", rank=process.rank, world_size=process.world_size,
         val_batch_size=data.val_batch_size, drop_last=data.drop_last, collate_fn=collate_fn, order=order,
-        sample_seeds=data.sample_seeds,
+        sample_seeds=data.sample_seeds, prefetch_factor=data.prefetch_factor,
+        persistent_workers=data.persistent_workers,
     )  # fmt: skip
     return Prepared(device, precision, parts, train_loader, val_loader, train_sampler)
 
