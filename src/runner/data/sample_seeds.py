@@ -138,8 +138,8 @@ class SeededCollate:
 def draws_nothing(dataset: Dataset, collate_fn: Callable | None) -> bool:
     """torch's ``TensorDataset`` read with torch's collate: indexing only, nothing to seed (the built-in
     data sets: the default run pays nothing for per-sample seeds)."""
-    indexes_only = isinstance(dataset, TensorDataset) and type(dataset).__getitem__ is TensorDataset.__getitem__
-    return indexes_only and not hasattr(dataset, "__getitems__") and collate_fn is None
+    plain = isinstance(dataset, TensorDataset) and type(dataset).__getitem__ is TensorDataset.__getitem__
+    return plain and not hasattr(dataset, "__getitems__") and collate_fn is None
 
 
 def seeded(
