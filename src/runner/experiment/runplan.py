@@ -240,7 +240,8 @@ def loading_plan(config: RunConfig, train_set: Any) -> str:
         "kept between epochs" if data.persistent_workers else "started afresh each epoch"
     )  # fmt: skip
     return (
-        f"{data.num_workers} worker processes (data.num_workers), {ahead} batches each read ahead "
+        f"{data.num_workers} worker process{'es' if data.num_workers > 1 else ''} (data.num_workers), "
+        f"{ahead} batches each read ahead "
         f"(data.prefetch_factor), {kept} (data.persistent_workers); {draws}"
     )
 
