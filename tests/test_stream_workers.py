@@ -2,9 +2,11 @@
 where the trained batches end, per worker (torchdata's StatefulDataLoader), without reading the pass
 again, and trains as if it had not stopped."""
 
+import sys
+
 import pytest
 import torch
-from conftest import read_scalars
+from conftest import PLUGINS, read_scalars
 
 BATCH, WORKERS = 4, 2
 
@@ -71,3 +73,17 @@ def test_a_streams_position_resumes_only_with_the_workers_that_read_it(train_her
     with pytest.raises(UserError, match=r"data.num_workers=1: .* of 2 loader workers.*data.num_workers=2$"):
         train_here(*setup(reads), "data.num_workers=1", "trainer.max_steps=6", f"resume={stopped}",
                    run_dir=stopped)  # fmt: skip
+
+
+def test_without_torchdata_a_stream_read_by_workers_is_read_again_and_the_run_says_so(monkeypatch, caplog):
+    from torch.utils.data import DataLoader
+
+    from runner.data.stream_state import training_loader_class
+
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    from positioned_streams import worker_shards
+
+    monkeypatch.setitem(sys.modules, "torchdata.stateful_dataloader", None)  # as if not installed
+    stream, _ = worker_shards("unused", num_train=8, num_val=4)
+    assert training_loader_class(stream, 2) is DataLoader
+    assert "its position is kept only with torchdata installed (pip install torchdata)" in caplog.text

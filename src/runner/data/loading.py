@@ -305,7 +305,6 @@ def read_ahead(
         following_state = None
         if position is not None:
             following_state = position.read() if following is not None else position.after_pass()
-        if position is not None:
             position.trained = following_state if following is None else state
         yield window, following is None
         window, state = following, following_state
