@@ -176,3 +176,16 @@ def test_verify_resume_asks_doctor_about_the_data_sets_own_generator(tmp_path, m
     assert line.startswith(
         "the data set's draws (runner doctor): sample 0 read twice at the same epoch differs"
     )
+
+
+def test_a_run_resumed_with_another_number_of_workers_goes_on_as_it_would_have(train_here, tmp_path):
+    """Stopped mid-epoch (step 4 of 3 an epoch) with 2 workers, resumed with none: the weights of a run
+    that never stopped."""
+    straight = saved(train_here(*SETUP, *AUGMENTED, run_dir=tmp_path / "straight"))
+    stopped = tmp_path / "stopped"
+    train_here(*SETUP, *AUGMENTED, "data.num_workers=2", "trainer.max_steps=4", run_dir=stopped)
+    resumed = saved(train_here(*SETUP, *AUGMENTED, f"resume={stopped}", run_dir=stopped))
+    assert resumed["global_step"] == 7
+    assert all(
+        torch.equal(straight["model_state_dict"][k], v) for k, v in resumed["model_state_dict"].items()
+    )
