@@ -208,7 +208,7 @@ def first_column_names(table: str) -> set[str]:
 # position, a model that carries state, data.sampler.
 KEYS_OF_FEATURES = {
     "averaged_model_state_dict", "dataset_state_dict", "carried_state_dict", "sampler_state_dict",
-    "frozen_weights_sha256",
+    "frozen_weights_sha256", "stream_loader_state_dict",
 }  # fmt: skip
 
 
@@ -420,3 +420,53 @@ def test_a_loader_without_a_generator_draws_from_the_global_one_each_epoch_and_r
             list(loader)
         moved[name] = not torch.equal(before, torch.get_rng_state())
     assert moved == {"unshuffled": True, "shuffled": True, "the page's": False, "runner's": False}
+
+
+def test_the_coming_from_loader_and_runners_torch_shuffle_read_the_same_batches():
+    """The page's DataLoader (shuffle=True with a generator of its own) against runner's loader built from
+    the page's data.sampler line, three epochs batch by batch; runner's default order is another."""
+    from hydra.utils import instantiate
+    from torch.utils.data import DataLoader
+
+    from runner.data.loading import epoch_batches
+    from runner.experiment.setup import prepare
+
+    page = COMING_FROM.read_text()
+    shown = re.search(r"^loader = (DataLoader\(.+\))$", page, flags=re.MULTILINE)[1]
+    (command,) = [line for line in coming_from_commands() if "TorchShuffle" in line]
+
+    def runners_epochs(*overrides: str) -> list:
+        config = composed(*overrides)
+        prepared = prepare(config, instantiate, config.seed)
+        loader, sampler = prepared.train_loader, prepared.train_sampler
+        return [
+            list(epoch_batches(loader, sampler, epoch, 0)) for epoch in range(3)
+        ], prepared.parts.train_set
+
+    matching, train_set = runners_epochs(*shlex.split(command)[4:])
+    default, _ = runners_epochs()
+    loader = eval(shown, {"DataLoader": DataLoader, "train_set": train_set, "torch": torch})
+    loops = [list(loader) for _ in range(3)]
+
+    def same(first: list, second: list) -> bool:
+        """Two batches, (inputs, targets), equal tensor by tensor."""
+        return len(first) == len(second) and all(map(torch.equal, first, second))
+
+    assert [len(epoch) for epoch in matching] == [len(epoch) for epoch in loops] == [45] * 3
+    for epoch in range(3):
+        assert all(same(a, b) for a, b in zip(matching[epoch], loops[epoch], strict=True)), epoch
+    assert not torch.equal(default[0][0][1], loops[0][0][1])
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_torch_shuffle_draws_as_a_shuffling_loader_with_or_without_persistent_workers(persistent):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from runner.data.torch_order import TorchShuffle
+
+    indices = TensorDataset(torch.arange(40))
+    loader = DataLoader(indices, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(3),
+                        num_workers=1 if persistent else 0, persistent_workers=persistent)  # fmt: skip
+    read = [[i for (batch,) in loader for i in batch.tolist()] for _ in range(3)]
+    order = TorchShuffle(indices, torch.Generator().manual_seed(3), persistent_workers=persistent)
+    assert [list(order) for _ in range(3)] == read

@@ -73,6 +73,16 @@ class DataConfig:
     sampler: Any = setting(None)
     drop_last: bool = setting(False, rule=BOOLEAN)
     num_workers: int = setting(0, rule=int_at_least(0), resume="may_change")
+    # With workers: the batches each worker reads ahead (null: torch's default, 2), and whether the
+    # workers of a map-style set are kept from epoch to epoch (a stream's start afresh each pass).
+    prefetch_factor: int | None = setting(
+        None, rule=int_at_least(1, nullable=True, null_means="torch's default, 2"), resume="may_change"
+    )
+    persistent_workers: bool = setting(True, rule=BOOLEAN, resume="may_change")
+    # Each sample's random draws (torch's, Python's and numpy's global generators, inside __getitem__
+    # and collate_fn) start from a seed of (seed, epoch, index), in workers and the main process alike:
+    # the same run whatever data.num_workers. false: torch's worker seeding, the draws of runs before it.
+    sample_seeds: bool = setting(True, rule=BOOLEAN)
     # A _target_ building the DataLoader's collate_fn (a padding collator); null: torch's default.
     collate_fn: Any = setting(None)
     # The validation batches' collator: null, data.collate_fn's (a padding collator pads both); default,

@@ -11,6 +11,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from runner.config.errors import UserError
+from runner.data.sample_seeds import draws_nothing, seeded
+from runner.data.stream_state import LoaderPosition, keeps_own_position, training_loader_class
 
 
 class EpochSampler(Sampler[int]):
@@ -166,15 +168,25 @@ def make_loader(
     sampler: EpochSampler | None = None,
     drop_last: bool = False,
     collate_fn: Callable | None = None,
+    sample_seeds: bool = False,
+    loader_class: Callable[..., DataLoader] = DataLoader,
+    prefetch_factor: int | None = None,
+    persistent_workers: bool = True,
 ) -> DataLoader:
     """A loader with its own generator: starting it draws nothing from the global random state (the
     workers' base seed comes from the generator), so validating never changes the training. A
     stream's workers are started afresh each pass, so each pass's copy of the data set carries its
-    ``set_epoch``."""
-    return DataLoader(
-        dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
-        persistent_workers=num_workers > 0 and not is_stream(dataset), drop_last=drop_last,
-        collate_fn=collate_fn,
+    ``set_epoch``. ``sample_seeds`` (``data.sample_seeds``, with a ``sampler``): each sample draws from
+    a seed of its own (``sample_seeds.py``). ``prefetch_factor`` and ``persistent_workers`` apply with
+    workers (``data.*``; torch's default read-ahead for None)."""
+    persistent = persistent_workers and num_workers > 0 and not is_stream(dataset)
+    loader_sampler: Sampler | None = sampler
+    if sample_seeds and sampler is not None and not draws_nothing(dataset, collate_fn):
+        dataset, loader_sampler, collate_fn = seeded(dataset, sampler, collate_fn, seed)
+    return loader_class(
+        dataset, batch_size=batch_size, sampler=loader_sampler, num_workers=num_workers,
+        pin_memory=pin_memory, persistent_workers=persistent, drop_last=drop_last, collate_fn=collate_fn,
+        prefetch_factor=prefetch_factor if num_workers > 0 else None,
         generator=torch.Generator().manual_seed(seed),
     )  # fmt: skip
 
@@ -194,11 +206,15 @@ def make_loaders(
     collate_fn: Callable | None = None,
     order: Sampler[int] | None = None,
     val_collate_fn: Callable | None = None,
+    sample_seeds: bool = False,
+    prefetch_factor: int | None = None,
+    persistent_workers: bool = True,
 ) -> tuple[DataLoader, DataLoader, EpochSampler | None]:
     """Train and validation loaders; the train sampler (``None`` for a stream) is returned to be
     stepped per epoch. ``order``: a sampler of the user's that orders the training set instead of
-    ``randperm(seed + epoch)``. Validation never drops a batch; its batches are collated by
-    ``val_collate_fn``, ``collate_fn`` when None (a collator for training only, Mixup, gives another)."""
+    ``randperm(seed + epoch)``. ``sample_seeds``: each sample of a map-style set draws from a seed of
+    its own. Validation never drops a batch; its batches are collated by ``val_collate_fn``,
+    ``collate_fn`` when None (a collator for training only, Mixup, gives another)."""
     if is_stream(train_set):
         train_sampler = None
     elif order is not None:
@@ -206,8 +222,13 @@ def make_loaders(
     else:
         train_sampler = EpochSampler(len(train_set), shuffle, seed, rank, world_size)
     val_sampler = None if is_stream(val_set) else EpochSampler(len(val_set), False, seed, rank, world_size)
-    common = {"seed": seed, "pin_memory": pin_memory, "num_workers": num_workers, "collate_fn": collate_fn}
-    train_loader = make_loader(train_set, batch_size, sampler=train_sampler, drop_last=drop_last, **common)
+    common = {"seed": seed, "pin_memory": pin_memory, "num_workers": num_workers, "collate_fn": collate_fn,
+              "sample_seeds": sample_seeds, "prefetch_factor": prefetch_factor,
+              "persistent_workers": persistent_workers}  # fmt: skip
+    train_loader = make_loader(
+        train_set, batch_size, sampler=train_sampler, drop_last=drop_last,
+        loader_class=training_loader_class(train_set, num_workers), **common,
+    )  # fmt: skip
     val_common = {**common, "collate_fn": val_collate_fn or collate_fn}
     val_loader = make_loader(val_set, val_batch_size or batch_size, sampler=val_sampler, **val_common)
     return train_loader, val_loader, train_sampler
@@ -240,7 +261,10 @@ def epoch_batches(
 
 class StreamPosition:
     """A stream's own state (its ``state_dict``) as of the batches trained, not as of the batches
-    read ahead: what a checkpoint saves, so a resumed run reads on from exactly there."""
+    read ahead: what a checkpoint saves (as ``dataset_state_dict``), so a resumed run reads on from
+    exactly there. Read by workers, the loader's state is saved instead (``stream_state.py``)."""
+
+    name = "dataset"
 
     def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
@@ -249,6 +273,9 @@ class StreamPosition:
     def read(self) -> Any:
         return copy.deepcopy(self.dataset.state_dict())
 
+    def after_pass(self) -> Any:
+        return self.read()
+
     def state_dict(self) -> Any:
         return self.trained if self.trained is not None else self.read()
 
@@ -256,7 +283,20 @@ class StreamPosition:
         self.dataset.load_state_dict(state)
 
 
-def read_ahead(windows: Iterator[list], position: StreamPosition | None) -> Iterator[tuple[list, bool]]:
+def stream_position(loader: DataLoader, dataset: Any) -> StreamPosition | LoaderPosition | None:
+    """Where the training stream stands, for the checkpoints: the data set's own state read in this
+    process, or the workers' through torchdata's loader; None when it cannot be kept (a resume then
+    reads the pass again from its start and skips the batches done)."""
+    if not keeps_own_position(dataset):
+        return None
+    if loader.num_workers == 0:
+        return StreamPosition(dataset)
+    return LoaderPosition(loader) if hasattr(loader, "load_state_dict") else None
+
+
+def read_ahead(
+    windows: Iterator[list], position: StreamPosition | LoaderPosition | None
+) -> Iterator[tuple[list, bool]]:
     """Each window of a stream with whether it is the pass's last, known by reading the next one
     first: the pass ends at its last step, as a map-style epoch does. ``position`` (a stream that
     keeps its own state) is set to the state after each window as it is trained, and after the end
@@ -265,8 +305,9 @@ def read_ahead(windows: Iterator[list], position: StreamPosition | None) -> Iter
     state = position.read() if position else None
     while window is not None:
         following = next(windows, None)
-        following_state = position.read() if position else None
+        following_state = None
         if position is not None:
+            following_state = position.read() if following is not None else position.after_pass()
             position.trained = following_state if following is None else state
         yield window, following is None
         window, state = following, following_state

@@ -34,11 +34,15 @@ def check_resume_compatible(saved: dict[str, Any], current: dict[str, Any], path
 
 def comparable(config: dict[str, Any]) -> dict[str, Any]:
     """Settings as the run uses them: a named schedule with its defaults filled in (``scheduler=cosine``
-    and ``scheduler=cosine scheduler.warmup_steps=0`` are one schedule)."""
+    and ``scheduler=cosine scheduler.warmup_steps=0`` are one schedule); a run from before
+    ``data.sample_seeds`` with the draws it had."""
     config = copy.deepcopy(config)
     scheduler = config.get("scheduler")  # a forged checkpoint's config may lack it: then it differs
     if isinstance(scheduler, dict) and "_target_" not in scheduler:
         config["scheduler"] = named_schedule(scheduler)
+    data = config.get("data")
+    if isinstance(data, dict):  # saved before data.sample_seeds existed: its data sets drew as false does
+        data.setdefault("sample_seeds", False)
     return config
 
 

@@ -224,6 +224,29 @@ def order_plan(config: RunConfig, train_set: Any) -> str:
     return "in the data set's order (data.shuffle=false)"
 
 
+def loading_plan(config: RunConfig, train_set: Any) -> str:
+    """Who reads the data (this process or its workers, how far ahead), and what a sample draws from."""
+    data = config.data
+    draws = (
+        "each sample draws from its own seed (data.sample_seeds)"
+        if data.sample_seeds and not is_stream(train_set)
+        else "the workers' draws seeded per worker"
+        if data.num_workers
+        else "draws from the run's generators"
+    )
+    if data.num_workers == 0:
+        return f"in this process (data.num_workers=0); {draws}"
+    ahead = 2 if data.prefetch_factor is None else data.prefetch_factor
+    kept = "started afresh each pass (a stream)" if is_stream(train_set) else (
+        "kept between epochs" if data.persistent_workers else "started afresh each epoch"
+    )  # fmt: skip
+    return (
+        f"{data.num_workers} worker process{'es' if data.num_workers > 1 else ''} (data.num_workers), "
+        f"{ahead} batches each read ahead "
+        f"(data.prefetch_factor), {kept} (data.persistent_workers); {draws}"
+    )
+
+
 def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]]:
     batch_size, accumulate, world_size = config.data.batch_size, config.accumulate, built.world_size
     limits = f"max_steps={show(config.trainer.max_steps)}, max_epochs={show(config.trainer.max_epochs)}"
@@ -246,6 +269,7 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
         ("precision", precision_plan(built.precision)),
         ("seed", str(built.seed) + (" (drawn)" if config.seed is None else "")),
         ("data order", order_plan(config, built.train_set)),
+        ("data loading", loading_plan(config, built.train_set)),
         (
             "effective batch",
             f"{batch_size * accumulate * world_size} = {batch_size} (data.batch_size) x "

@@ -258,6 +258,8 @@ def prepare(config: RunConfig, build: Build, seed: int, process: ProcessInfo | N
         pin_memory=device.type == "cuda", rank=process.rank, world_size=process.world_size,
         val_batch_size=data.val_batch_size, drop_last=data.drop_last, collate_fn=collate_fn, order=order,
         val_collate_fn=val_collate_fn,
+        sample_seeds=data.sample_seeds, prefetch_factor=data.prefetch_factor,
+        persistent_workers=data.persistent_workers,
     )  # fmt: skip
     key = "data.collate_fn" if data.val_collate_fn is None else "data.val_collate_fn"
     check_validation_collation(val_loader, key)  # before anything is written, not an epoch later

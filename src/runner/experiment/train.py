@@ -22,7 +22,7 @@ from runner.checkpoint.trainable import check_base_rebuilds
 from runner.config.errors import UserError
 from runner.config.schema import RunConfig
 from runner.config.typed import as_dict
-from runner.data.loading import SamplerOrder, StreamPosition, batches_per_epoch
+from runner.data.loading import SamplerOrder, batches_per_epoch, stream_position
 from runner.experiment.finish import Run, report_end, resume_advice, watch_of
 from runner.experiment.lock import refuse_if_held, run_dir_lock
 from runner.experiment.parallel import oom_policy, spread_model
@@ -159,15 +159,13 @@ def train_in_this_process(
     if checkpoint is not None:
         check_planned_values(config.scheduler, checkpoint["planned"], planned, found.path)
     schedule = build_schedule(build, config.scheduler, optimizer, total_steps, per_epoch)
-    # A stream that keeps its own position is saved with the checkpoints; other streams are resumed by
-    # skipping the batches done (worker processes read copies of the data set, so then it is always that).
-    stream = parts.train_set if prepared.train_sampler is None else None
-    keeps_position = stream is not None and hasattr(stream, "state_dict") and config.data.num_workers == 0
-    position = StreamPosition(stream) if keeps_position else None
+    # A stream that keeps its own position is saved with the checkpoints (read by workers, through
+    # torchdata's loader); other streams are resumed by skipping the batches done.
+    position = stream_position(prepared.train_loader, parts.train_set)
     carried = carried_state_of(model, process.world_size)
     others = {
         "callbacks": callbacks,
-        **({"dataset": position} if position else {}),
+        **({position.name: position} if position else {}),
         **({"carried": carried} if not isinstance(carried, NoCarriedState) else {}),
     }
     if isinstance(prepared.train_sampler, SamplerOrder):  # data.sampler: its state resumes its order
@@ -182,7 +180,7 @@ def train_in_this_process(
         state.load_state_dict(checkpoint)
         restore_rng_states(checkpoint["rng_states"], found.path)  # nothing draws from them yet
     check_profile(config.profile, run_dir, total_steps, state.step)  # before anything is written
-    stream_restored = keeps_position and checkpoint is not None and "dataset_state_dict" in checkpoint
+    stream_restored = position is not None and f"{position.name}_state_dict" in (checkpoint or {})
     loaders = Loaders(
         prepared.train_loader, prepared.train_sampler, prepared.val_loader, stream_restored, position, seed
     )

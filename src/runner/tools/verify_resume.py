@@ -6,6 +6,7 @@ The configured setup trains a few steps twice through the real ``train`` command
 own: once without stopping, once SIGKILLed at a random step (after the checkpoint of the step before)
 and resumed. Every step's logged loss and the final checkpoints' states are then compared."""
 
+import json
 import logging
 import math
 import os
@@ -37,6 +38,7 @@ FIRST = ("global_step", "epoch", "batches_done_in_epoch", "model_state_dict", "o
 NOT_COMPARED = ("config", "checksum", "versions", "last_val", "best_val", "best_val_step", "last_train_loss")
 
 
+OWN = "sample 0 read twice"  # doctor's finding of a data set's own generator (doctor/data_checks.py)
 AFTER = "RUNNER_VERIFY_RESUME_AFTER"  # the checkpoint file written (in the background) before the kill
 
 
@@ -180,13 +182,42 @@ def verify_resume(
     )
     if loss is None and state is None:
         return Verdict(True, [f"resumes exactly: {what}: {same}"], 0)
+    saved_config = (checkpoints[0] or {}).get("config", {})
+    data_causes = [*worker_draws_cause(saved_config), *own_generator_cause(settings)]
     return Verdict(False, [
         f"does not resume exactly: {what}",
         f"  first differing loss: {loss or 'none (every step logged the same loss)'}",
         f"  first differing state: {state or 'none'}",
+        *(f"  found: {cause}" for cause in data_causes),
         f"  likely causes: {LIKELY_CAUSES}",
         f"  both runs are kept in {work_dir}",
     ])  # fmt: skip
+
+
+def worker_draws_cause(config: Mapping[str, Any]) -> list[str]:
+    """The data set's draws in loader workers seeded once (``data.sample_seeds=false``): a resumed
+    epoch's workers start afresh, so every sample after the resume draws anew."""
+    data = config.get("data", {}) if isinstance(config, Mapping) else {}
+    workers = data.get("num_workers", 0)
+    if data.get("sample_seeds", True) is False and workers:
+        return [
+            f"the data set's random draws in loader workers: with data.sample_seeds=false and "
+            f"data.num_workers={workers} each worker's generators are seeded once when it starts, so the "
+            "resumed run's workers draw anew; set data.sample_seeds=true (each sample from its own seed)"
+        ]
+    return []
+
+
+def own_generator_cause(overrides: Sequence[str]) -> list[str]:
+    """``doctor``'s check of the data (run here, as the runs were): the training set's sample read twice
+    at one epoch differs."""
+    command = [sys.executable, "-m", "runner", "doctor", "--json", *overrides]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        found = str(json.loads(done.stdout)[0]["found"])
+    except (subprocess.TimeoutExpired, ValueError, LookupError, TypeError):
+        return []
+    return [f"the data set's draws (runner doctor): {found[found.index(OWN) :]}"] if OWN in found else []
 
 
 def runner_launcher(processes: int) -> list[str]:

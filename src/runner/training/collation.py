@@ -11,6 +11,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Sampler, default_collate
 
+from runner.data.sample_seeds import own_collate
 from runner.training.batches import BatchError, describe
 from runner.training.random_state import kept_random_state
 
@@ -38,14 +39,15 @@ def collation_failure(loader: DataLoader, sampler: Sampler | None) -> str | None
         samples = [loader.dataset[index] for index in indices]
     except Exception:
         return None
+    collate_fn = own_collate(loader.collate_fn)
     try:
-        loader.collate_fn(samples)
+        collate_fn(samples)
     except Exception as error:
-        default = loader.collate_fn is default_collate
+        default = collate_fn is default_collate
         which = (
             "torch's default collate (data.collate_fn=null)"
             if default
-            else f"data.collate_fn ({type(loader.collate_fn).__name__})"
+            else f"data.collate_fn ({type(collate_fn).__name__})"
         )
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         fix = (
@@ -66,8 +68,8 @@ def check_validation_collation(loader: DataLoader, key: str) -> None:
     collator (``key``: ``data.collate_fn``, or ``data.val_collate_fn`` where it is set), every random
     state kept (Mixup draws); a failure is one line naming the key and how validation is collated
     otherwise. A stream's batches are not read ahead, nor torch's default collate tried."""
-    sampler = loader.sampler
-    if loader.collate_fn is default_collate or loader.batch_size is None or not hasattr(sampler, "__len__"):
+    sampler, collate = loader.sampler, own_collate(loader.collate_fn)
+    if collate is default_collate or loader.batch_size is None or not hasattr(sampler, "__len__"):
         return
     batch_size, count = loader.batch_size, len(sampler)
     # The last batch's indices held, not the whole set's (a large validation set).
@@ -82,10 +84,10 @@ def check_validation_collation(loader: DataLoader, key: str) -> None:
             return
         try:
             with kept_random_state():
-                loader.collate_fn(samples)
+                collate(samples)
         except Exception as error:
             reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-            collator = type(loader.collate_fn).__name__
+            collator = type(collate).__name__
             raise BatchError(
                 f"the {which} validation batch cannot be collated: {key} ({collator}) "
                 f"raised {reason} on {len(samples)} samples like {describe(samples[0])}; validation batches "

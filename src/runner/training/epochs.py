@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader
 
 from runner.checkpoint.state import TrainState
 from runner.data.loading import EpochSampler, StreamPosition, epoch_batches
+from runner.data.stream_state import LoaderPosition
 from runner.training.batches import check_structure
 from runner.training.collation import first_batch
 
@@ -22,7 +23,7 @@ class Loaders:
     # A stream whose own state was restored from the checkpoint continues as it is; else a resumed
     # epoch skips the micro-batches it had done.
     stream_state_restored: bool = False
-    stream_position: StreamPosition | None = None  # a stream that keeps its own state
+    stream_position: StreamPosition | LoaderPosition | None = None  # a stream that keeps its own state
     seed: int = 0  # the run's: a stream's worker seeds per pass derive from it
     # The first epoch's batches, already started by the caller (:func:`start_with_checked_batch`).
     started: Iterator[Any] | None = None

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from runner.data.sample_seeds import reads_alike
 from runner.tools.doctor.probe import (
     ADVICE_BAD_DATA,
     ADVICE_FORWARD_NAN,
@@ -42,6 +43,14 @@ from runner.training.modes import set_apart, start_training
 ELEMENTWISE_LOSSES = (nn.MSELoss, nn.L1Loss, nn.SmoothL1Loss, nn.HuberLoss, nn.BCELoss, nn.BCEWithLogitsLoss)
 CLASS_INDEX_LOSSES = (nn.CrossEntropyLoss, nn.NLLLoss)
 SHOWN_VALUES = 8  # of a batch, in check 1's finding
+# The training set's sample 0, read twice with every global generator started alike, came out different.
+ADVICE_OWN_GENERATOR = (
+    "sample 0 read twice at the same epoch differs: the data set draws from a generator the run's seed "
+    "does not reach (one it made itself, such as np.random.default_rng() or random.Random() in "
+    "__init__), so its draws depend on the worker that reads it and a resumed run draws anew",
+    "draw from the global generators (torch.rand, random.random, np.random.normal), which runner seeds "
+    "per sample, or make the generator in __getitem__ from torch.initial_seed()",
+)
 
 
 def summarize(value: Any) -> str:
@@ -97,6 +106,8 @@ def check_batch(probe: Probe) -> Finding:
             "; ".join(problems) + f" ({found})",
             ADVICE_BAD_DATA,
         )
+    if reads_alike(setup.train_loader.dataset) is False:
+        return Finding(WARN, f"{found}; {ADVICE_OWN_GENERATOR[0]}", ADVICE_OWN_GENERATOR[1])
     return Finding(PASS, found)
 
 
