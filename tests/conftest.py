@@ -1,6 +1,7 @@
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from runner.cli.hydra_app import CONFIG_DIR
+from runner.cli.train import main_train
 from runner.config.schema import RunConfig
 from runner.config.typed import typed_config
 from runner.experiment.train import train
@@ -133,3 +135,29 @@ def finished_run(tmp_path_factory) -> Path:
     result = run_cli("train", *TINY, f"hydra.run.dir={run_dir}", cwd=run_dir.parent)
     assert result.returncode == 0, result.stderr
     return run_dir
+
+
+def refused_here(capsys, run, says: str) -> str:
+    """``run()`` exits 2 with runner's one-line error naming ``says``."""
+    with pytest.raises(SystemExit) as exited:
+        run()
+    error = capsys.readouterr().err
+    assert exited.value.code == 2, error
+    lines = [line for line in error.splitlines() if line.strip()]
+    assert lines[-1].startswith("runner: error: ") and says in lines[-1], error
+    assert "Traceback" not in error
+    return lines[-1]
+
+
+@pytest.fixture(scope="module")
+def trained_in_process(tmp_path_factory) -> Path:
+    """A finished run, trained once per module through the command line (in this process)."""
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    main_train([*TINY, f"hydra.run.dir={run_dir}"])
+    return run_dir
+
+
+@pytest.fixture
+def finished(trained_in_process, tmp_path) -> Path:
+    """A copy of it, the test's own."""
+    return Path(shutil.copytree(trained_in_process, tmp_path / "finished"))

@@ -1,8 +1,8 @@
-"""Issue 39: a project found from the working folder never runs code it should not, never hangs, and the
-Python API leaves each call as it found the process. Only the commands that build the user's model or
-data import a project's code; a folder that holds a run is no project; a code folder never hides a
-library; ``pyproject.toml`` is read bounded and once; messages name the file and its key. In this
-process where the process is not the point, in a subprocess (slow) where it is."""
+"""A project found from the working folder never runs code it should not, never hangs, and the Python
+API leaves each call as it found the process. Only the commands that build the user's model or data
+import a project's code; a folder that holds a run is no project; a code folder never hides a library;
+``pyproject.toml`` is read bounded and once; messages name the file and its key. In this process where
+the process is not the point, in a subprocess (slow) where it is."""
 
 import os
 import shutil

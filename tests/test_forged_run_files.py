@@ -1,9 +1,10 @@
-"""The hidden check of issue 25, through the real CLI: payloads its first tests did not try. An option a
-run directory's record places among Hydra's own settings (Hydra builds ``hydra.callbacks`` before
-runner checks the config), a live interpolation in a record or in a checkpoint's config (a resolver
-reads this machine's environment; values that name each other grow without bound), files nested too
-deeply, and checkpoints whose keys hold what runner never saves there. Each payload that would run code
-creates a marker file."""
+"""A run's files forged, through the real CLI: an option a run directory's record places among Hydra's
+own settings (Hydra builds ``hydra.callbacks`` before runner checks the config), a live interpolation in a
+record or in a checkpoint's config (a resolver reads this machine's environment; values that name each
+other grow without bound), files nested too deeply, checkpoints whose keys hold what runner never saves
+there, and a result, event file or lock that is not a plain file or not one runner writes. Each is
+refused in one line or skipped, never a hang or a traceback; each payload that would run code creates a
+marker file (``tests/test_files_run_no_code.py`` holds the escaped interpolations and pickles)."""
 
 import copy
 import json
