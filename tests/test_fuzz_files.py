@@ -229,7 +229,8 @@ STUDY_EDITS = [
        flips=st.lists(st.integers(0, 8 * 4096 - 1), max_size=4))  # fmt: skip
 def test_a_tampered_study_is_read_or_refused_in_one_line(study, tmp_path_factory, edit, value, flips):
     """What the search reads of a study before it writes anything (``open_study``'s checks)."""
-    from runner.cli.optuna_study import existing_study, open_checked_storage, own_trials
+    from runner.search.storage import existing_study, open_checked_storage
+    from runner.search.trials import own_trials
 
     sweep = tmp_path_factory.mktemp("study") / "sweep"
     sweep.mkdir()

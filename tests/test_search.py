@@ -14,14 +14,14 @@ from conftest import REPO
 from omegaconf import OmegaConf
 
 from runner.cli.main import main
-from runner.cli.optuna_options import TYPES
-from runner.cli.optuna_settings import objectives_of, typed
 from runner.cli.optuna_space import search_space
-from runner.cli.optuna_study import name_objectives
 from runner.config.errors import ConfigError
 from runner.search.continuation import OtherJobInTheWay, earlier_job
 from runner.search.gpus import claimed_gpu
+from runner.search.options import TYPES
+from runner.search.settings import objectives_of, typed
 from runner.search.trial import SearchTrial, TrialLink
+from runner.search.trials import name_objectives
 from runner.tools.run_summary import summarise
 from runner.training.callbacks import Context
 

@@ -2,7 +2,7 @@
 (``hydra/sweeper/sampler=tpe|random|grid|cmaes|nsgaii|qmc|gp``) and pruners
 (``hydra/sweeper/pruner=median|percentile|successive_halving|hyperband``) are configs in runner's
 ``conf/hydra/sweeper/``: each names an Optuna class by ``_target_``, and its keys are that class's
-arguments, whose types the search checks as it starts (``runner.cli.optuna_options``). ``cmaes`` is
+arguments, whose types the search checks as it starts (``runner.search.options``). ``cmaes`` is
 refused in one line when a search starts: Optuna's CmaEsSampler loads its state back from the study's
 storage as a pickle, which a study file could use to run code (``runner.search.study``).
 

@@ -13,7 +13,8 @@ from typing import Any
 import optuna
 
 from runner.config.errors import ConfigError
-from runner.search.study import JOB_ATTR, SWEEP_ATTR, open_storage, quiet_optuna, storage_url, study_name_of
+from runner.search.storage import open_storage, storage_url, study_name_of
+from runner.search.study import JOB_ATTR, SWEEP_ATTR, quiet_optuna
 from runner.training.callbacks import Context
 from runner.training.validation import improves
 

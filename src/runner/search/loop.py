@@ -1,6 +1,7 @@
-"""An Optuna search as a Hydra sweep: each job's settings are proposed by an Optuna study, the jobs are
-launched by Hydra's launcher (basic, joblib, submitit), and the study is told how each ended from the
-``result.json`` the job leaves (ok with its objective values, pruned, or failed).
+"""An Optuna search: each job's settings are proposed by an Optuna study, the jobs are started by the
+sweep's launcher (``hydra_plugins.runner_optuna_sweeper`` hands Hydra's to it), and the study is told
+how each ended from the ``result.json`` the job leaves (ok with its objective values, pruned, or
+failed).
 
 The study lives in storage (by default ``sqlite:///<sweep dir>/optuna.db``), so jobs in other
 processes report to their trial (pruning, see ``trial.py``) and a sweep continues: run the same
@@ -11,18 +12,18 @@ proposed for the jobs not yet run. Each trial records its sweep directory and jo
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import optuna
-from hydra.core.plugins import Plugins
-from hydra.core.utils import JobReturn, JobStatus, configure_log
-from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from runner.cli.optuna_settings import (
-    build,
+from runner.config.errors import ConfigError
+from runner.config.trust import targets_in
+from runner.observe.records import recorded_result
+from runner.search import trials_not_run
+from runner.search.settings import (
     check_counts,
     directions_of,
     is_grid,
@@ -30,23 +31,8 @@ from runner.cli.optuna_settings import (
     objectives_of,
     typed,
 )
-from runner.cli.optuna_space import SearchSpace, check_keys, search_space
-from runner.cli.optuna_study import (
-    RESULTS_FILE,
-    check_same_search,
-    existing_study,
-    is_finished,
-    job_dir,
-    name_objectives,
-    open_checked_storage,
-    own_trials,
-    tell_study,
-    write_results,
-)
-from runner.config.errors import ConfigError
-from runner.config.trust import targets_in
-from runner.observe.records import recorded_result
-from runner.search import trials_not_run
+from runner.search.space import SearchSpace
+from runner.search.storage import existing_study, open_checked_storage, storage_url, study_name_of
 from runner.search.study import (
     FIXED_ATTR,
     JOB_ATTR,
@@ -54,15 +40,30 @@ from runner.search.study import (
     check_runners_trials,
     check_sampler_loads_no_pickle,
     quiet_optuna,
-    storage_url,
-    study_name_of,
 )
+from runner.search.trials import (
+    RESULTS_FILE,
+    check_same_search,
+    is_finished,
+    job_dir,
+    name_objectives,
+    own_trials,
+    tell_study,
+    write_results,
+)
+
+# Starts the jobs of a batch (numbers from the first one's, each its overrides) and waits for them;
+# for each job, whether it failed without leaving a result.
+Launch = Callable[[list[list[str]], int], list[bool]]
+# A sampler or pruner from its settings (``_target_`` and its arguments).
+Build = Callable[[str, Any], Any]
 
 log = logging.getLogger("runner")
 
 
 class OptunaSearch:
-    """The sweeper's work; ``hydra_plugins.runner_optuna_sweeper`` hands Hydra's calls to it."""
+    """The sweeper's work; ``hydra_plugins.runner_optuna_sweeper`` hands it the config, the search space
+    read from Hydra's sweep syntax, a way to build a sampler or pruner and one to launch jobs."""
 
     def __init__(
         self, sampler: DictConfig, pruner: DictConfig | None = None, direction: Any = "minimize",
@@ -76,23 +77,19 @@ class OptunaSearch:
         self.n_trials, self.n_jobs, self.max_failure_rate = n_trials, n_jobs, max_failure_rate
         self.params = params
 
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        self.config = config
-        self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config
-        )
-
-    def sweep(self, arguments: list[str]) -> list[JobReturn]:
+    def sweep(
+        self, config: DictConfig, read_space: Callable[[], SearchSpace], build: Build, launch: Launch
+    ) -> None:
         """Check everything, open (or continue) the study, then run the jobs not yet finished, a batch
         of ``n_jobs`` at a time, telling the study how each ended."""
+        self.config, self.build, self.launch = config, build, launch
         quiet_optuna()
         self.directions = directions_of(self.direction)
         check_counts(self.n_trials, self.n_jobs, self.max_failure_rate)
         self.sampler_config = typed("hydra.sweeper.sampler", self.sampler_config)
         self.pruner_config = typed("hydra.sweeper.pruner", self.pruner_config)
         objectives = objectives_of(self.objectives_given, self.directions, self.config)
-        space = search_space(self.params, arguments)
-        check_keys(space, self.config)
+        space = read_space()  # the params, checked against the config
         if self.pruner_config is not None and len(self.directions) > 1:
             raise ConfigError("hydra.sweeper.pruner: Optuna prunes single-objective searches only; set "
                               "hydra.sweeper.pruner=null for several objectives")  # fmt: skip
@@ -113,9 +110,8 @@ class OptunaSearch:
             self.pruner_config.get("_target_", "?").rsplit(".", 1)[-1] if self.pruner_config else "none",
             f"; continuing: {done} done before" if done else "",
         )  # fmt: skip
-        returns = self.run_jobs(study, mine, sweep_dir, space, objectives)
+        self.run_jobs(study, mine, sweep_dir, space, objectives)
         write_results(sweep_dir / RESULTS_FILE, study, self.directions, objectives, sweep_dir, own_only)
-        return returns
 
     def open_study(self, sweep_dir: Path, space: SearchSpace, own_only: bool) -> optuna.Study:
         """The study, created or continued. What a storage already holds is checked against this search
@@ -144,11 +140,10 @@ class OptunaSearch:
         sweep_dir: Path,
         space: SearchSpace,
         objectives: list[str],
-    ) -> list[JobReturn]:
+    ) -> None:
         """Jobs 0 .. n_trials-1 that have not finished, in batches of consecutive numbers. A job that
         ends without a result (stopped by a signal) ends the search, its trial left running for the
         same command to continue; so do more failures than ``max_failure_rate`` allows."""
-        returns: list[JobReturn] = []
         failed = finished = 0
         number = 0
         while number < self.n_trials:
@@ -166,12 +161,10 @@ class OptunaSearch:
             if not batch:
                 continue
             overrides = [space.overrides(trial.params) for _, trial in batch]
-            launched = self.launcher.launch(overrides, initial_job_idx=batch[0][0])
-            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)  # not a job's log
-            returns += launched
+            launched = self.launch(overrides, batch[0][0])
             outcomes = [
-                self.tell(study, trial.number, job_return, job_dir(sweep_dir, job), objectives)
-                for (job, trial), job_return in zip(batch, launched, strict=True)
+                self.tell(study, trial.number, failed_job, job_dir(sweep_dir, job), objectives)
+                for (job, trial), failed_job in zip(batch, launched, strict=True)
             ]
             failed += outcomes.count("failed")
             finished += len(outcomes) - outcomes.count("interrupted")
@@ -187,7 +180,6 @@ class OptunaSearch:
                     "allows; see the failed jobs' train.log", failed, finished, self.max_failure_rate,
                 )  # fmt: skip
                 break
-        return returns
 
     def make_sampler(self, space: SearchSpace, earlier_trials: int) -> optuna.samplers.BaseSampler:
         """The configured sampler. A seeded one continuing a study is seeded ``seed + trials so far``:
@@ -196,7 +188,7 @@ class OptunaSearch:
         assert isinstance(config, dict)
         if config.get("seed") is not None and earlier_trials:
             config["seed"] = int(config["seed"]) + earlier_trials
-        sampler = build("hydra.sweeper.sampler", config)
+        sampler = self.build("hydra.sweeper.sampler", config)
         if is_grid(self.sampler_config):
             sampler = sampler(space.grid())
         check_sampler_loads_no_pickle(sampler, [target for _, target in targets_in(config)])
@@ -226,7 +218,7 @@ class OptunaSearch:
         self,
         study: optuna.Study,
         trial_number: int,
-        job_return: JobReturn,
+        failed_job: bool,
         job_dir: Path,
         objectives: list[str],
     ) -> str:
@@ -234,7 +226,7 @@ class OptunaSearch:
         by a signal, its trial stays running so that the same command continues it)."""
         result = recorded_result(job_dir)
         status = result.get("status")
-        if job_return.status == JobStatus.FAILED and status is None:
+        if failed_job and status is None:
             status = "failed"
         if status == "ok":
             values = objective_values(result, objectives)
@@ -254,4 +246,4 @@ class OptunaSearch:
     def tell_if_untold(self, study: optuna.Study, trial: Any, job_dir: Path, objectives: list[str]) -> None:
         """A job that finished while its sweep was being stopped may not have been told yet."""
         if trial.state == optuna.trial.TrialState.RUNNING:
-            self.tell(study, trial.number, JobReturn(status=JobStatus.COMPLETED), job_dir, objectives)
+            self.tell(study, trial.number, False, job_dir, objectives)
