@@ -281,6 +281,15 @@ hydra:
         (("hydra.sweeper.pruner=median",), "hydra.sweeper.pruner=median: pick an option with hydra/sweeper/"),
         (("hydra.sweeper.direction=maximize",), "direction=maximize for val/loss, but checkpoint.mode=min"),
         (("hparams_search=bad",), "hydra.sweeper.params.optimizer.lrr: the config has no key optimizer.lrr"),
+        (("hydra.sweeper.storage=nosuch://x",), "hydra.sweeper.storage=nosuch://x: cannot open it ("),
+        (
+            ("hydra.sweeper.storage=postgresql+psycopg://runner@127.0.0.1:1/none",),
+            "hydra.sweeper.storage=postgresql+psycopg://runner@127.0.0.1:1/none: cannot open it (",
+        ),
+        (
+            ("hydra.sweeper.storage=journal", "hydra.sweeper.n_trials=0"),
+            "hydra.sweeper.n_trials=0 is not allowed",
+        ),
     ],
 )
 def test_a_search_that_cannot_run_is_refused_in_one_line_writing_nothing(

@@ -46,10 +46,14 @@ class OptunaSweeper(Sweeper):
             check_keys(space, self.config)
             return space
 
-        self.search.sweep(self.config, read_space, build, self.launch)
+        # Hydra's basic launcher runs each job in this process: one at a time. The joblib and submitit
+        # launchers run them in other processes, so several batches of one may run at once.
+        parallel = type(self.launcher).__name__ != "BasicLauncher"
+        self.search.sweep(self.config, read_space, build, self.launch, parallel)
 
-    def launch(self, overrides: list[list[str]], first_job: int) -> list[bool]:
-        """Run jobs with Hydra's launcher; for each, whether it failed (Hydra caught its error)."""
-        returns = self.launcher.launch(overrides, initial_job_idx=first_job)
+    def launch(self, overrides: list[str], number: int) -> bool:
+        """Run job ``number`` with Hydra's launcher, as a batch of one (a search's slot, in a thread of
+        its own when jobs run in other processes); whether it failed (Hydra caught its error)."""
+        (job_return,) = self.launcher.launch([overrides], initial_job_idx=number)
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)  # not a job's log
-        return [job_return.status == JobStatus.FAILED for job_return in returns]
+        return job_return.status == JobStatus.FAILED

@@ -5,3 +5,8 @@ a search does (``trial``), sweeps that continue (``continuation``) and one GPU p
 
 # What a stopped search did not start (``N more trials``), for the line that says how the sweep ended.
 trials_not_run: list[str] = []
+# What several sweeper processes of one search need, for the line that refuses or warns about SQLite.
+SEVERAL_PROCESSES = (
+    "use hydra.sweeper.storage=journal (a file in the sweep folder, made for several processes and shared "
+    "filesystems) or a PostgreSQL URL"
+)

@@ -10,6 +10,7 @@ interrupted runs again with its own settings (continuing from its ``last.pt``), 
 proposed for the jobs not yet run. Each trial records its sweep directory and job number
 (``runner_sweep_dir``, ``runner_job``): data that tells a job which trial is its own."""
 
+import datetime
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -22,7 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config.errors import ConfigError
 from runner.config.trust import targets_in
 from runner.observe.records import recorded_result
-from runner.search import trials_not_run
+from runner.search import SEVERAL_PROCESSES, trials_not_run
+from runner.search.claims import JobClaims
 from runner.search.settings import (
     check_counts,
     directions_of,
@@ -32,7 +34,15 @@ from runner.search.settings import (
     typed,
 )
 from runner.search.space import SearchSpace
-from runner.search.storage import existing_study, open_checked_storage, storage_url, study_name_of
+from runner.search.storage import (
+    existing_study,
+    in_sweep_dir,
+    open_checked_storage,
+    shared_by_processes,
+    storage_url,
+    stored_study_exists,
+    study_name_of,
+)
 from runner.search.study import (
     FIXED_ATTR,
     JOB_ATTR,
@@ -51,10 +61,8 @@ from runner.search.trials import (
     tell_study,
     write_results,
 )
+from runner.search.workers import LATER, Job, Later, Launch, run_in_slots
 
-# Starts the jobs of a batch (numbers from the first one's, each its overrides) and waits for them;
-# for each job, whether it failed without leaving a result.
-Launch = Callable[[list[list[str]], int], list[bool]]
 # A sampler or pruner from its settings (``_target_`` and its arguments).
 Build = Callable[[str, Any], Any]
 
@@ -78,11 +86,14 @@ class OptunaSearch:
         self.params = params
 
     def sweep(
-        self, config: DictConfig, read_space: Callable[[], SearchSpace], build: Build, launch: Launch
-    ) -> None:
-        """Check everything, open (or continue) the study, then run the jobs not yet finished, a batch
-        of ``n_jobs`` at a time, telling the study how each ended."""
+        self, config: DictConfig, read_space: Callable[[], SearchSpace], build: Build, launch: Launch,
+        parallel: bool,
+    ) -> None:  # fmt: skip
+        """Check everything, open (or continue) the study, then run the jobs not yet finished, up to
+        ``n_jobs`` at a time, telling the study how each ended."""
         self.config, self.build, self.launch = config, build, launch
+        # Jobs at once: a launcher that runs jobs in this process (parallel=False) runs one at a time.
+        self.slots = self.n_jobs if parallel else 1
         quiet_optuna()
         self.directions = directions_of(self.direction)
         check_counts(self.n_trials, self.n_jobs, self.max_failure_rate)
@@ -98,7 +109,7 @@ class OptunaSearch:
         if is_grid(self.sampler_config):
             self.n_trials = min(self.n_trials, math.prod(len(values) for values in space.grid().values()))
         sweep_dir = Path(self.config.hydra.sweep.dir).resolve()
-        own_only = self.storage is None  # the study in the sweep directory is this sweep's alone
+        own_only = in_sweep_dir(self.storage)  # the study in the sweep directory is this sweep's alone
         study = self.open_study(sweep_dir, space, own_only)
         name_objectives(study, objectives)
         mine = own_trials(study, sweep_dir, own_only)
@@ -110,7 +121,7 @@ class OptunaSearch:
             self.pruner_config.get("_target_", "?").rsplit(".", 1)[-1] if self.pruner_config else "none",
             f"; continuing: {done} done before" if done else "",
         )  # fmt: skip
-        self.run_jobs(study, mine, sweep_dir, space, objectives)
+        self.run_jobs(study, sweep_dir, space, objectives)
         write_results(sweep_dir / RESULTS_FILE, study, self.directions, objectives, sweep_dir, own_only)
 
     def open_study(self, sweep_dir: Path, space: SearchSpace, own_only: bool) -> optuna.Study:
@@ -118,7 +129,7 @@ class OptunaSearch:
         before anything is written; then the sweep directory and Hydra's record of the sweep."""
         url, name = storage_url(self.storage, sweep_dir), study_name_of(self.study_name)
         storage, earlier = None, None
-        if self.storage is not None or (sweep_dir / "optuna.db").exists():
+        if not in_sweep_dir(self.storage) or stored_study_exists(url):
             storage = open_checked_storage(url)
             earlier = existing_study(storage, name)
             if earlier is not None:
@@ -136,54 +147,98 @@ class OptunaSearch:
     def run_jobs(
         self,
         study: optuna.Study,
-        mine: dict[int, Any],
         sweep_dir: Path,
         space: SearchSpace,
         objectives: list[str],
     ) -> None:
-        """Jobs 0 .. n_trials-1 that have not finished, in batches of consecutive numbers. A job that
-        ends without a result (stopped by a signal) ends the search, its trial left running for the
-        same command to continue; so do more failures than ``max_failure_rate`` allows."""
-        failed = finished = 0
-        number = 0
-        while number < self.n_trials:
-            batch: list[tuple[int, Any]] = []  # (job number, trial)
-            while number < self.n_trials and len(batch) < self.n_jobs:
-                earlier_trial = mine.get(number)
-                if is_finished(earlier_trial, sweep_dir, number):
-                    self.tell_if_untold(study, earlier_trial, job_dir(sweep_dir, number), objectives)
-                    number += 1
-                    if batch:
-                        break
-                    continue
-                batch.append((number, self.trial_for(study, earlier_trial, sweep_dir, number, space)))
-                number += 1
-            if not batch:
-                continue
-            overrides = [space.overrides(trial.params) for _, trial in batch]
-            launched = self.launch(overrides, batch[0][0])
-            outcomes = [
-                self.tell(study, trial.number, failed_job, job_dir(sweep_dir, job), objectives)
-                for (job, trial), failed_job in zip(batch, launched, strict=True)
-            ]
-            failed += outcomes.count("failed")
-            finished += len(outcomes) - outcomes.count("interrupted")
-            if "interrupted" in outcomes:
-                if self.n_trials > number:
+        """Jobs 0 .. n_trials-1 that have not finished, ``n_jobs`` at a time: the moment one ends, the
+        study is told and the next job's trial is asked for and started. Other sweeper processes of the
+        same search take jobs too (``claims``): a job another one runs is left alone, and waited for,
+        so that one whose process dies is taken over. A job that ends without a result (stopped by a
+        signal) ends the search, its trial left running for the same command to continue; so do more
+        failures than ``max_failure_rate`` allows. Jobs running then end first."""
+        claims = JobClaims(sweep_dir)
+        started_at = datetime.datetime.now()
+        numbers = iter(range(self.n_trials))
+        elsewhere: list[int] = []  # jobs another process holds, tried again as slots free
+        counts = {"failed": 0, "finished": 0, "started": 0}
+        stopped: list[str] = []
+
+        def job_to_run(number: int) -> Job | None:
+            """Job ``number`` if this process claims it and it is to be run (read after the claim)."""
+            if not claims.claim(number):
+                if number not in elsewhere:
+                    elsewhere.append(number)
+                    self.warn_if_sqlite(sweep_dir)
+                return None
+            trial = own_trials(study, sweep_dir, own_only=in_sweep_dir(self.storage)).get(number)
+            failed_in_this_search = (
+                trial is not None and trial.state == optuna.trial.TrialState.FAIL
+                and trial.datetime_complete is not None and trial.datetime_complete > started_at
+            )  # fmt: skip
+            if is_finished(trial, sweep_dir, number) or failed_in_this_search:
+                if trial.state == optuna.trial.TrialState.RUNNING:
+                    self.tell_if_untold(study, trial, job_dir(sweep_dir, number), objectives)
+                claims.release(number)
+                return None
+            trial = self.trial_for(study, trial, sweep_dir, number, space)
+            counts["started"] = max(counts["started"], number + 1)
+            return Job(number, space.overrides(trial.params), trial)
+
+        def next_job() -> Job | Later | None:
+            if stopped:
+                return None
+            for number in numbers:
+                if (job := job_to_run(number)) is not None:
+                    return job
+            for number in list(elsewhere):
+                if claims.claim(number):
+                    elsewhere.remove(number)
+                    if (job := job_to_run(number)) is not None:
+                        return job
+            return LATER if elsewhere else None
+
+        def ended(job: Job, failed_job: bool) -> None:
+            outcome = self.tell(
+                study, job.trial.number, failed_job, job_dir(sweep_dir, job.number), objectives
+            )
+            claims.release(job.number)
+            if outcome == "interrupted":
+                if not stopped and self.n_trials > counts["started"]:
                     trials_not_run.append(
-                        f"{self.n_trials - number} more trial(s) of the search's {self.n_trials}"
+                        f"{self.n_trials - counts['started']} more trial(s) of the search's {self.n_trials}"
                     )
-                break
-            if finished and failed / finished > self.max_failure_rate:
+                stopped.append(outcome)
+                return
+            counts["failed"] += outcome == "failed"
+            counts["finished"] += 1
+            failed, finished = counts["failed"], counts["finished"]
+            if not stopped and failed / finished > self.max_failure_rate:
+                stopped.append(outcome)
                 log.error(
                     "the search stops: %d of %d trials failed, more than hydra.sweeper.max_failure_rate=%g "
                     "allows; see the failed jobs' train.log", failed, finished, self.max_failure_rate,
                 )  # fmt: skip
-                break
+
+        try:
+            run_in_slots(self.slots, next_job, self.launch, ended)
+        finally:
+            claims.release_all()
+
+    def warn_if_sqlite(self, sweep_dir: Path) -> None:
+        """SQLite is not made for several processes writing at once (locking errors; damage on network
+        filesystems, Optuna's FAQ): said once, in one line."""
+        url = storage_url(self.storage, sweep_dir)
+        if url.startswith("sqlite:") and not getattr(self, "warned", False):
+            self.warned = True
+            log.warning("another sweeper process runs jobs of this search on the SQLite study %s; %s", url,
+                        SEVERAL_PROCESSES)  # fmt: skip
 
     def make_sampler(self, space: SearchSpace, earlier_trials: int) -> optuna.samplers.BaseSampler:
         """The configured sampler. A seeded one continuing a study is seeded ``seed + trials so far``:
-        with its first seed it would propose again the points it began with."""
+        with its first seed it would propose again the points it began with. On a storage shared by
+        several processes, each job's proposal is seeded ``seed + job number`` (``trial_for``): two
+        processes started together would otherwise propose the same points."""
         config = OmegaConf.to_container(self.sampler_config, resolve=True)
         assert isinstance(config, dict)
         if config.get("seed") is not None and earlier_trials:
@@ -202,6 +257,8 @@ class OptunaSearch:
         if earlier is not None and earlier.state == optuna.trial.TrialState.RUNNING:
             return earlier
         attrs = {SWEEP_ATTR: str(sweep_dir), JOB_ATTR: number, FIXED_ATTR: space.fixed}
+        if shared_by_processes(self.storage):  # seeded by job: processes started together differ
+            study.sampler = self.make_sampler(space, number)
         if earlier is not None:  # failed before: the same settings, in a new trial
             study.enqueue_trial(earlier.params, user_attrs=attrs, skip_if_exists=False)
         trial = study.ask(space.distributions)
