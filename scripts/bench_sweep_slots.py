@@ -4,18 +4,19 @@ default ``main``, the batch loop), side by side on one machine.
     python scripts/bench_sweep_slots.py                  # this tree and main, K=2, one pair
     python scripts/bench_sweep_slots.py --rev HEAD~3 --pairs 2
 
-The search: the grid sampler over 8 trials whose lengths differ tenfold (``trainer.max_steps`` 4 or
-40, four seeds each), its steps slowed by a data set that sleeps per item (``tests/plugins``), so the
+The search: the grid sampler over 8 trials whose lengths differ tenfold (``trainer.max_steps`` 10 or
+100, four seeds each), its steps slowed by a data set that sleeps per item (``tests/plugins``), so the
 machine's other load moves little; jobs run in the joblib launcher's 2 worker processes with
 ``hydra.sweeper.n_jobs=K``. Each contender is a fresh ``python -m runner`` process: this tree's
 ``src/``, or a ``git worktree`` of REV in a temporary folder, first on ``PYTHONPATH``.
 
-A trial's busy time runs from the moment the study handed it out to the moment it was told how it
-ended (Optuna's ``datetime_start`` and ``datetime_complete``: its job's start-up in a worker, its
-training and its result on the way back); the trials' span from the first trial's start to the last
-trial's end. Occupancy is the trials' busy time over K x that span (1.0: no slot ever waited for
-another's trial); the sweep's wall time is the whole command's (Hydra's start-up and the summary
-included, alike for both).
+A trial's busy time runs from its job's start in a worker (Hydra writes the job's ``.hydra/config.yaml``
+first) to its end (``result.json``, runner's last write), by the files' modification times; the
+trials' span from the first job's start to the last job's end. Occupancy is the trials' busy time over
+K x that span (1.0: no slot ever idle; what is left is the slots' waits for a batch's slowest trial,
+and the dispatch from one trial's end to the next one's start); the sweep's wall time is the whole
+command's (Hydra's start-up and the summary included, alike for both). Optuna's own trial times would
+not do: the batch loop tells the study how a trial ended only once its whole batch has.
 """
 
 import argparse
@@ -29,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SEARCH = (
     "train", "-m", "hydra/sweeper=optuna", "hydra/sweeper/sampler=grid", "hydra.sweeper.sampler.seed=0",
-    "trainer.max_steps=choice(4,40)", "seed=choice(0,1,2,3)", "hydra/launcher=joblib",
+    "trainer.max_steps=choice(10,100)", "seed=choice(0,1,2,3)", "hydra/launcher=joblib",
     "hydra.launcher.n_jobs=2", "data.dataset._target_=slow_data.slow_classification",
     "+data.dataset.seconds_per_item=0.01", "data=classification", "data.dataset.num_train=640",
     "data.dataset.num_val=32", "data.batch_size=16", "trainer.val_every_n_steps=null", "checkpoint=none",
@@ -37,11 +38,11 @@ SEARCH = (
 
 
 def busy_spans(sweep_dir: Path) -> list[tuple[float, float]]:
-    """Each trial's start and end, from the study in the sweep directory."""
-    import optuna
-
-    study = optuna.load_study(study_name="runner", storage=f"sqlite:///{sweep_dir / 'optuna.db'}")
-    return [(t.datetime_start.timestamp(), t.datetime_complete.timestamp()) for t in study.trials]
+    """Each trial's job's start and end in its worker."""
+    return [
+        ((job / ".hydra" / "config.yaml").stat().st_mtime, (job / "result.json").stat().st_mtime)
+        for job in sorted(sweep_dir.glob("0*"))
+    ]
 
 
 def measure(src: Path, slots: int, place: Path) -> dict[str, float]:
