@@ -11,6 +11,7 @@ SWEEP_ATTR = "runner_sweep_dir"  # a trial's user attributes: the sweep director
 JOB_ATTR = "runner_job"
 FIXED_ATTR = "runner_fixed"  # the overrides every job of its search got (the command line's)
 DEFAULT_STUDY = "runner"
+RUNNERS_ATTRS = {SWEEP_ATTR, JOB_ATTR, FIXED_ATTR}
 
 
 def quiet_optuna() -> None:
@@ -54,6 +55,8 @@ def check_runners_trials(study: optuna.Study, url: str) -> None:
     """A search continues only a study of runner's trials: the sampler learns from every trial in it,
     so one that something else wrote (a forged database) is refused before anything is written."""
     for trial in study.get_trials(deepcopy=False):
+        if trial.state == optuna.trial.TrialState.RUNNING and set(trial.user_attrs) <= RUNNERS_ATTRS:
+            continue  # another sweeper process's trial, asked for a moment ago: its attributes come next
         if not is_runners_trial(trial):
             raise ConfigError(
                 f"hydra.sweeper.study_name={study.study_name}: {url} holds trial {trial.number}, which "
