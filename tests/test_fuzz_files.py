@@ -260,7 +260,8 @@ STUDY_EDITS = [
        flips=st.lists(st.integers(0, 8 * 4096 - 1), max_size=4))  # fmt: skip
 def test_a_tampered_study_is_read_or_refused_in_one_line(study, tmp_path_factory, edit, value, flips):
     """What the search reads of a study before it writes anything (``open_study``'s checks)."""
-    from runner.cli.optuna_study import existing_study, open_checked_storage, own_trials
+    from runner.search.storage import existing_study, open_checked_storage
+    from runner.search.trials import own_trials
 
     sweep = tmp_path_factory.mktemp("study") / "sweep"
     sweep.mkdir()
@@ -269,8 +270,8 @@ def test_a_tampered_study_is_read_or_refused_in_one_line(study, tmp_path_factory
     try:
         with sqlite3.connect(database) as connection:
             connection.execute(f"UPDATE {table} SET {column} = ?", (value,))
-    except sqlite3.IntegrityError:  # the schema refuses it (a NULL name): no file to read
-        reject()
+    except (sqlite3.IntegrityError, OverflowError):  # the schema refuses it (a NULL name), or SQLite
+        reject()  # cannot hold it (an integer past 64 bits): no such file to read
     if flips:
         data = database.read_bytes()
         database.write_bytes(data[:4096] + flip_bits(data[4096:], flips))

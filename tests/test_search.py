@@ -14,14 +14,15 @@ from conftest import REPO
 from omegaconf import OmegaConf
 
 from runner.cli.main import main
-from runner.cli.optuna_options import TYPES
-from runner.cli.optuna_settings import objectives_of, typed
 from runner.cli.optuna_space import search_space
-from runner.cli.optuna_study import name_objectives
 from runner.config.errors import ConfigError
 from runner.search.continuation import OtherJobInTheWay, earlier_job
 from runner.search.gpus import claimed_gpu
-from runner.search.trial import SearchTrial, TrialLink
+from runner.search.options import TYPES
+from runner.search.settings import objectives_of, typed
+from runner.search.storage import open_storage, storage_url
+from runner.search.trial import SearchTrial, TrialLink, link_to_trial
+from runner.search.trials import name_objectives
 from runner.tools.run_summary import summarise
 from runner.training.callbacks import Context
 
@@ -135,6 +136,27 @@ def test_a_job_keeps_the_metrics_of_its_best_validation_and_a_real_pruner_stops_
     resumed.load_state_dict(job.state_dict())  # a continued job keeps what it had found
     validation(resumed, 30, loss=float("nan"), acc=0.9)
     assert resumed.objectives(["val/acc"]) == {"val/acc": 0.7}
+
+
+def test_a_job_of_a_search_on_a_journal_file_is_pruned_by_another_process_reports(tmp_path):
+    """Two sweeper processes' handles on one journal file: the trials one finished, with their reports,
+    are what the pruner of the other's job judges by (``link_to_trial`` with ``storage=journal``)."""
+    url = storage_url("journal", tmp_path)
+    other = optuna.create_study(study_name="runner", storage=open_storage(url))  # another process's
+    for job, final in ((0, 0.3), (1, 0.35)):
+        trial = other.ask()
+        trial.set_user_attr("runner_job", job)
+        for step, value in ((1, final + 0.1), (2, final)):
+            trial.report(value, step)
+        other.tell(trial, final)
+    running = other.ask()
+    running.set_user_attr("runner_job", 2)
+
+    link = link_to_trial({"storage": "journal"}, optuna.pruners.MedianPruner(n_startup_trials=1), tmp_path, 2)
+    assert link is not None and link.trial.number == running.number
+    assert not link.should_stop(0.41, 1)  # better than the others' median at step 1 (0.425): goes on
+    assert link.should_stop(0.9, 2)  # its best (0.41) worse than their median at step 2 (0.325): pruned
+    assert (tmp_path / "optuna.journal").is_file()
 
 
 def write_job(job_dir, config, result=None):
@@ -281,6 +303,15 @@ hydra:
         (("hydra.sweeper.pruner=median",), "hydra.sweeper.pruner=median: pick an option with hydra/sweeper/"),
         (("hydra.sweeper.direction=maximize",), "direction=maximize for val/loss, but checkpoint.mode=min"),
         (("hparams_search=bad",), "hydra.sweeper.params.optimizer.lrr: the config has no key optimizer.lrr"),
+        (("hydra.sweeper.storage=nosuch://x",), "hydra.sweeper.storage=nosuch://x: cannot open it ("),
+        (
+            ("hydra.sweeper.storage=postgresql+psycopg://runner@127.0.0.1:1/none",),
+            "hydra.sweeper.storage=postgresql+psycopg://runner@127.0.0.1:1/none: cannot open it (",
+        ),
+        (
+            ("hydra.sweeper.storage=journal", "hydra.sweeper.n_trials=0"),
+            "hydra.sweeper.n_trials=0 is not allowed",
+        ),
     ],
 )
 def test_a_search_that_cannot_run_is_refused_in_one_line_writing_nothing(

@@ -17,7 +17,7 @@ OPTIONAL = (
     "mlflow", "wandb", "optuna", "submitit", "joblib", "diffusers", "peft", "safetensors", "timm",
     "lightning", "matplotlib", "pandas", "torch.distributed.checkpoint", "runner.checkpoint.sharded",
     "runner.observe.mlflow_tracker", "runner.observe.wandb_tracker", "runner.observe.csv_tracker",
-    "runner.cli.optuna_search", "runner.tools",
+    "runner.search.loop", "runner.tools",
 )  # fmt: skip
 
 

@@ -15,11 +15,11 @@ from hydra.utils import instantiate
 from runner.checkpoint.files import atomic_save
 from runner.cli.hydra_app import CONFIG_DIR
 from runner.cli.optuna_space import search_space
-from runner.cli.optuna_study import tell_study
 from runner.config.errors import ConfigError
 from runner.config.trust import check_config_from_file, folder_targets, is_live_interpolation
 from runner.config.typed import as_dict, typed_config
 from runner.experiment.train import train
+from runner.search.trials import tell_study
 from runner.tools.evaluation import evaluate_checkpoint
 
 ESCAPED = "\\${oc.create:{_target_: pathlib.Path.touch, self: MARKER}}"  # as a file holds it

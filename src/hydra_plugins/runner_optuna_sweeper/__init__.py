@@ -1,2 +1,2 @@
 """runner's Optuna sweeper, a Hydra Sweeper plugin (Hydra finds plugins under ``hydra_plugins``).
-The search itself is in ``runner.cli.optuna_search``."""
+The search itself is in ``runner.search``; this package adapts it to Hydra."""

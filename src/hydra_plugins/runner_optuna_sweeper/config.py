@@ -2,7 +2,7 @@
 (``hydra/sweeper/sampler=tpe|random|grid|cmaes|nsgaii|qmc|gp``) and pruners
 (``hydra/sweeper/pruner=median|percentile|successive_halving|hyperband``) are configs in runner's
 ``conf/hydra/sweeper/``: each names an Optuna class by ``_target_``, and its keys are that class's
-arguments, whose types the search checks as it starts (``runner.cli.optuna_options``). ``cmaes`` is
+arguments, whose types the search checks as it starts (``runner.search.options``). ``cmaes`` is
 refused in one line when a search starts: Optuna's CmaEsSampler loads its state back from the study's
 storage as a pickle, which a study file could use to run code (``runner.search.study``).
 
@@ -31,11 +31,12 @@ class OptunaSweeperConfig:
     direction: Any = "minimize"
     # The metric each direction applies to, at each trial's best validation. null: checkpoint.monitor.
     objectives: list[str] | None = None
-    # Where the study lives (any Optuna storage URL). null: sqlite:///<sweep dir>/optuna.db.
+    # Where the study lives: journal (<sweep dir>/optuna.journal, for several sweeper processes), any
+    # Optuna RDB URL (postgresql+psycopg://...), or null: sqlite:///<sweep dir>/optuna.db (one process).
     storage: str | None = None
     study_name: str | None = None  # null: "runner"
     n_trials: int = 20  # the jobs of this sweep (the same command continues them)
-    n_jobs: int = 1  # trials proposed at once and launched together (parallel with the joblib launcher)
+    n_jobs: int = 1  # trials run at once, each slot refilled as its trial ends (joblib, submitit launchers)
     # The share of finished trials that may fail before the search stops.
     max_failure_rate: float = 0.0
     params: dict[str, str] | None = None  # key: Hydra sweep syntax (interval, tag(log, ...), choice, range)

@@ -9,11 +9,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from hydra_plugins.runner_optuna_sweeper.config import SWEEPER_TARGET
 from runner.cli.exits import exit_with
 from runner.config.errors import UserError
 from runner.experiment.lock import RunDirBusy, hold, release_held
 from runner.experiment.undo import remove_new_run_dir
 from runner.experiment.write_places import check_not_start_folder, check_run_folder, check_sweep_folder
+from runner.search import SEVERAL_PROCESSES
 
 WRITING_COMMANDS = ("train", "lr_find")  # doctor writes nothing
 # The folders lock_folder made, each with the folder above it that existed: one still empty at the end
@@ -31,9 +33,10 @@ def is_rank_zero() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def lock_folder(folder: Path) -> None:
-    """Make ``folder`` and take its lock; a folder another process is writing exits in one line. Where
-    the folder cannot be made or written, Hydra's own attempt says why (``hydra_app.hydra_write_error``)."""
+def lock_folder(folder: Path, advice: str = "") -> None:
+    """Make ``folder`` and take its lock; a folder another process is writing exits in one line (with
+    ``advice``). Where the folder cannot be made or written, Hydra's own attempt says why
+    (``hydra_app.hydra_write_error``)."""
     nearest = next(above for above in (folder, *folder.parents) if above.exists())
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -41,7 +44,7 @@ def lock_folder(folder: Path) -> None:
             MADE.append((folder, nearest))
         hold(folder)
     except RunDirBusy as error:
-        exit_with(error)
+        exit_with(RunDirBusy(f"{error}{advice}") if advice else error)
     except (OSError, UserError):
         remove_new_run_dir(folder, keep=nearest)
 
@@ -67,8 +70,24 @@ def guard_sweep_dir(config: DictConfig, sweep_dir: Path) -> None:
         check_sweep_folder(sweep_dir, f"hydra.sweep.dir={given}")
     except UserError as error:
         exit_with(error)
-    if is_rank_zero():
-        lock_folder(sweep_dir)
+    if not is_rank_zero() or shared_by_search_processes(config):
+        return  # the processes of one search share its folder; each claims its jobs (search.claims)
+    advice = ""
+    if config.hydra.sweeper.get("_target_") == SWEEPER_TARGET:  # a search on an SQLite study
+        advice = f"; several processes of one search need a storage made for it: {SEVERAL_PROCESSES}"
+    lock_folder(sweep_dir, advice)
+
+
+def shared_by_search_processes(config: DictConfig) -> bool:
+    """Whether the sweep is runner's Optuna search on a storage made for several processes (a journal
+    file or a database server, not SQLite)."""
+    sweeper = config.hydra.sweeper
+    storage = sweeper.get("storage")  # as runner.search.storage.shared_by_processes (without Optuna)
+    return (
+        sweeper.get("_target_") == SWEEPER_TARGET
+        and storage is not None
+        and not str(storage).startswith("sqlite:")
+    )
 
 
 def release_folders() -> None:

@@ -1,5 +1,12 @@
-"""Searches over settings: runner's Optuna sweeper (``optuna_search``), what a job of a search does
-(``trial``), sweeps that continue (``continuation``) and one GPU per parallel job (``gpus``)."""
+"""Searches over settings, without Hydra: runner's Optuna search (the trial loop in ``loop``, its study
+in ``storage``, ``study`` and ``trials``, what it searches in ``space`` and ``settings``), what a job of
+a search does (``trial``), sweeps that continue (``continuation``) and one GPU per parallel job
+(``gpus``). ``hydra_plugins.runner_optuna_sweeper`` adapts it to Hydra."""
 
 # What a stopped search did not start (``N more trials``), for the line that says how the sweep ended.
 trials_not_run: list[str] = []
+# What several sweeper processes of one search need, for the line that refuses or warns about SQLite.
+SEVERAL_PROCESSES = (
+    "use hydra.sweeper.storage=journal (a file in the sweep folder, made for several processes and shared "
+    "filesystems) or a PostgreSQL URL"
+)

@@ -1,8 +1,7 @@
-"""Where a search's Optuna study lives, and how its trials are tied to sweep jobs: the parts both the
-sweeper and its jobs (in other processes) need. Imports Optuna."""
+"""How a search's trials are tied to sweep jobs, Optuna's messages, and the samplers and studies runner
+refuses: the parts both the sweeper and its jobs (in other processes) need. Imports Optuna."""
 
 import logging
-from pathlib import Path
 
 import optuna
 
@@ -12,23 +11,7 @@ SWEEP_ATTR = "runner_sweep_dir"  # a trial's user attributes: the sweep director
 JOB_ATTR = "runner_job"
 FIXED_ATTR = "runner_fixed"  # the overrides every job of its search got (the command line's)
 DEFAULT_STUDY = "runner"
-
-
-def storage_url(storage: str | None, sweep_dir: Path) -> str:
-    """The study's storage: the one configured, else an SQLite file in the sweep directory (on disk,
-    so jobs in other processes report to it and a stopped search continues from it)."""
-    return storage or f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
-
-
-def study_name_of(name: str | None) -> str:
-    return name or DEFAULT_STUDY
-
-
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """The study's database; an SQLite one waits up to a minute for a lock (parallel jobs write to one
-    file)."""
-    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite:") else None
-    return optuna.storages.RDBStorage(url, engine_kwargs=engine)
+RUNNERS_ATTRS = {SWEEP_ATTR, JOB_ATTR, FIXED_ATTR}
 
 
 def quiet_optuna() -> None:
@@ -72,6 +55,8 @@ def check_runners_trials(study: optuna.Study, url: str) -> None:
     """A search continues only a study of runner's trials: the sampler learns from every trial in it,
     so one that something else wrote (a forged database) is refused before anything is written."""
     for trial in study.get_trials(deepcopy=False):
+        if trial.state == optuna.trial.TrialState.RUNNING and set(trial.user_attrs) <= RUNNERS_ATTRS:
+            continue  # another sweeper process's trial, asked for a moment ago: its attributes come next
         if not is_runners_trial(trial):
             raise ConfigError(
                 f"hydra.sweeper.study_name={study.study_name}: {url} holds trial {trial.number}, which "

@@ -13,7 +13,8 @@ from typing import Any
 import optuna
 
 from runner.config.errors import ConfigError
-from runner.search.study import JOB_ATTR, SWEEP_ATTR, open_storage, quiet_optuna, storage_url, study_name_of
+from runner.search.storage import in_sweep_dir, open_storage, storage_url, study_name_of
+from runner.search.study import JOB_ATTR, SWEEP_ATTR, quiet_optuna
 from runner.training.callbacks import Context
 from runner.training.validation import improves
 
@@ -43,7 +44,7 @@ def link_to_trial(sweeper: Mapping[str, Any], pruner: Any, sweep_dir: Path, job:
     # A study in the sweep directory (no storage named) is this sweep's alone, wherever it was moved.
     attrs = (
         {JOB_ATTR: job}
-        if sweeper.get("storage") is None
+        if in_sweep_dir(sweeper.get("storage"))
         else {SWEEP_ATTR: str(sweep_dir.resolve()), JOB_ATTR: job}
     )
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))

@@ -1,7 +1,7 @@
 """The types of each sampler's and pruner's settings, by the Optuna class they build. Their options
 and values are configs in runner's ``conf/hydra/sweeper/sampler`` and ``conf/hydra/sweeper/pruner``,
 which Hydra reads only when a search picks one; these types are checked as the search starts
-(``optuna_settings.typed``). As typed configs in Hydra's ConfigStore they would be built on every
+(``runner.search.settings.typed``). As typed configs in Hydra's ConfigStore they would be built on every
 command, since Hydra imports each plugin's configs whenever it starts: that was 0.8% of the start-up
 of every run."""
 

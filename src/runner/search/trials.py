@@ -1,5 +1,5 @@
-"""The search's study in its storage: opened and checked to be this search's, this sweep directory's
-trials by job number, how each job is told to it, and ``optimization_results.yaml``."""
+"""The search's trials in its study: checked to be this search's, this sweep directory's trials by
+job number, how each job is told to it, and ``optimization_results.yaml``."""
 
 import warnings
 from pathlib import Path
@@ -7,30 +7,15 @@ from typing import Any
 
 import optuna
 from omegaconf import OmegaConf
-from sqlalchemy.exc import SQLAlchemyError
 
-from runner.cli.optuna_space import SearchSpace
 from runner.config.errors import ConfigError
 from runner.config.job_dirs import find_job_dir
 from runner.observe.records import recorded_result
-from runner.search.study import FIXED_ATTR, JOB_ATTR, SWEEP_ATTR, open_storage
+from runner.search.space import SearchSpace
+from runner.search.study import FIXED_ATTR, JOB_ATTR, SWEEP_ATTR
 
 RESULTS_FILE = "optimization_results.yaml"
-# What Optuna raises reading rows it did not write: JSON that is not, a distribution it refuses, a NULL
-# value (its own assert), attributes nested past the recursion limit.
-DAMAGED_STUDY = (ValueError, TypeError, KeyError, AssertionError, AttributeError, RecursionError)
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-
-
-def open_checked_storage(url: str) -> optuna.storages.RDBStorage:
-    try:
-        return open_storage(url)
-    except Exception as error:
-        reason = str(error).splitlines()[0]
-        raise ConfigError(
-            f"hydra.sweeper.storage={url}: cannot open it ({reason}); give an Optuna storage URL such as "
-            "sqlite:///outputs/optuna.db"
-        ) from None
 
 
 def check_same_search(
@@ -83,23 +68,6 @@ def name_objectives(study: optuna.Study, objectives: list[str]) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(objectives)
-
-
-def existing_study(storage: Any, name: str) -> optuna.Study | None:
-    """The study ``name`` if the storage holds it (with trials or not), else None."""
-    try:  # Optuna reads each trial's distributions and attributes from JSON the database holds
-        if name not in optuna.study.get_all_study_names(storage):
-            return None
-        study = optuna.load_study(study_name=name, storage=storage)
-        study.get_trials(deepcopy=False)
-    except (*DAMAGED_STUDY, SQLAlchemyError, optuna.exceptions.OptunaError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ConfigError(
-            f"hydra.sweeper.study_name={name}: the study in {getattr(storage, 'url', storage)} "
-            f"cannot be read ({type(error).__name__}: {reason[:200]}); its database was changed by something "
-            "other than Optuna: give this search another study_name (or hydra.sweep.dir)"
-        ) from None
-    return study
 
 
 def own_trials(study: optuna.Study, sweep_dir: Path, own_only: bool) -> dict[int, Any]:

@@ -5,12 +5,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runner.cli.optuna_options import TYPES
 from runner.config.errors import ConfigError
+from runner.search.options import TYPES
 
 
 def directions_of(direction: Any) -> list[str]:
@@ -74,7 +73,7 @@ def check_counts(n_trials: int, n_jobs: int, max_failure_rate: float) -> None:
 
 
 def typed(key: str, config: Any) -> DictConfig | None:
-    """A sampler's or pruner's settings with the types of its class's arguments (``optuna_options``):
+    """A sampler's or pruner's settings with the types of its class's arguments (``runner.search.options``):
     a value of the wrong type, or a key the class does not take, is named in one line before the search
     starts. An argument not given keeps Optuna's default; another class, named by ``_target_``, checks
     its own arguments as it is built."""
@@ -92,15 +91,6 @@ def typed(key: str, config: Any) -> DictConfig | None:
     except OmegaConfBaseException as error:
         raise ConfigError(f"{key}.{error.full_key}: {str(error).splitlines()[0]}") from None
     return OmegaConf.create({name: checked[name] for name in config})
-
-
-def build(key: str, config: Any) -> Any:
-    """A sampler or pruner from its settings; a setting its class refuses is named in one line."""
-    try:
-        return instantiate(config)
-    except Exception as error:
-        cause = error.__cause__ or error
-        raise ConfigError(f"{key}: {str(cause).splitlines()[0]}") from None
 
 
 def is_grid(sampler_config: Any) -> bool:
