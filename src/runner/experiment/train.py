@@ -40,6 +40,7 @@ from runner.experiment.setup import (
 from runner.observe.all_runs_hparams import refresh_all_runs_experiment
 from runner.observe.console import to_log_file
 from runner.observe.hparams import HParamsRecord, hparams_of
+from runner.observe.mlflow_store import check_tracking_uri
 from runner.observe.records import record_split, write_run_record
 from runner.observe.sweep_hparams import refresh_sweep_experiment
 from runner.observe.trackers import Loggers, open_trackers
@@ -121,6 +122,8 @@ def train_in_this_process(
     process = from_environment()
     if process.is_main:
         refuse_if_held(run_dir)  # a run still writing there is named before anything is built
+    if "mlflow" in config.logger and config.mlflow.tracking_uri is not None:  # one MLflow refuses: at once
+        check_tracking_uri(config.mlflow.tracking_uri)
     plain_config = as_dict(config)
     found = checkpoint_to_resume(config, run_dir, resume_from)
     checkpoint = found.checkpoint if found else None
