@@ -209,18 +209,17 @@ def train_in_this_process(
         steps_per_epoch=per_epoch, run_dir=run_dir, speed_notes=speed.notes, world_size=process.world_size,
         resumed_from=resumed_from, start_step=state.step, reapplied=found.reapplied if found else (),
         spread_notes=spread.notes, schedule_counted=schedule.counted))  # fmt: skip
-    log.info(plan)
     logger: MetricLogger = NullLogger()
     checkpointer: Checkpointer = NoCheckpoints()
     record: HParamsRecord | None = None  # rank 0's, once it starts writing
     try:
         with run_dir_lock(run_dir) if process.is_main else nullcontext():
+            hparams = hparams_of(plain_config, seed)
+            # First: a tracker that cannot start refuses the run unwritten (a resume's train.log too).
+            at = state.step if checkpoint else None
+            trackers = open_trackers(config.logger, run_dir, hparams, config, at) if process.is_main else []
+            log.info(plan)
             if process.is_main:  # only rank 0 writes: records, checkpoints, TensorBoard, trackers
-                # First: a tracker that cannot start (no server, no login) refuses the run unwritten.
-                hparams = hparams_of(plain_config, seed)
-                trackers = open_trackers(
-                    config.logger, run_dir, hparams, config, state.step if checkpoint else None
-                )
                 if trackers:  # the event file joins them once it is open
                     logger = Loggers(NullLogger(), trackers)
                 runtime = {
