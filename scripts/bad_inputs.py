@@ -1488,6 +1488,149 @@ CASES += [
 # ---- end of issue 39 ----
 
 
+# ---- issue 52: projects above, bounded resumes, export, forged keys, MLflow stores, a model's own step ----
+OWN_STEPS = """import math
+
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, input_shape, num_outputs):
+        super().__init__()
+        self.out = nn.Linear(math.prod(input_shape), num_outputs)
+
+    def forward(self, inputs):
+        return self.out(inputs.flatten(1))
+
+
+class FirstOnly(Net):
+    calls = 0
+
+    def training_step(self, batch, step):
+        inputs, targets = batch
+        loss = nn.functional.cross_entropy(self(inputs), targets)
+        step.backward(loss)
+        if FirstOnly.calls % 2 == 0:  # on a window's first micro-batch only
+            step.update()
+        FirstOnly.calls += 1
+        return {"loss": loss}
+
+
+class NanLoss(Net):
+    def training_step(self, batch, step):
+        inputs, targets = batch
+        loss = nn.functional.cross_entropy(self(inputs), targets)
+        step.backward(loss)
+        step.update()
+        return {"loss": loss * float("nan")}
+"""
+
+
+def project_above_others_may_write(dest: Path, ctx: Context) -> None:
+    """A project in a folder every user may write (a shared /tmp), whose default model touches the marker."""
+    project_here(DEFAULTS_39.format('model = "evil"'))(dest, ctx)
+    (dest.parent / "conf" / "model").mkdir()
+    (dest.parent / "conf" / "model" / "evil.yaml").write_text(f"_target_: {TOUCH}\nself: {ctx.marker}\n")
+    dest.parent.chmod(0o777)
+
+
+def own_steps_project(dest: Path, ctx: Context) -> None:
+    project_here('[tool.runner]\ncode = "."\n')(dest, ctx)
+    (dest.parent / "own_steps.py").write_text(OWN_STEPS)
+    (dest.parent / "conf" / "model").mkdir()
+    for name in ("FirstOnly", "NanLoss"):
+        sizes = "input_shape: ${data.input_shape}\nnum_outputs: ${data.num_outputs}\n"
+        (dest.parent / "conf" / "model" / f"{name.lower()}.yaml").write_text(
+            f"_target_: own_steps.{name}\n{sizes}"
+        )
+
+
+def zeros(base: dict) -> dict:
+    import torch
+
+    return {**base, "averaged_model_state_dict": torch.zeros(3)}
+
+
+def forged(change: Callable[[dict], dict]) -> Callable[[Path, Context], None]:
+    """The fixture run's checkpoint with one key forged, its checksum computed again."""
+    return lambda dest, ctx: save(change(load_base(ctx)), dest)
+
+
+def string_weight(base: dict) -> dict:
+    name = next(iter(base["model_state_dict"]))
+    return {**base, "model_state_dict": {**base["model_state_dict"], name: "x"}}
+
+
+def run_with_special_csv(make: Callable[[Path], None]) -> Callable[[Path, Context], None]:
+    def build(dest: Path, ctx: Context) -> None:
+        copy_run(dest, ctx)
+        make(dest / "metrics.csv")
+
+    return build
+
+
+FORGED_52 = {
+    "averaged_tensor": zeros,
+    "averaged_ints": lambda base: {**base, "averaged_model_state_dict": {"a": 1, "b": 2}},
+    "weight_string": string_weight,
+    "frozen_digest_int": lambda base: {**base, "frozen_weights_sha256": 5},
+}
+FIXTURES.update({
+    "i52_project_others_may_write": ("pyproject.toml", project_above_others_may_write),
+    "i52_sitecustomize_in_code": ("pyproject.toml", project_here(
+        '[tool.runner]\ncode = "src"\n', planted=("sitecustomize.py",), code="src")),
+    "i52_own_steps": ("pyproject.toml", own_steps_project),
+    "i52_fifo_csv_run": ("run", run_with_special_csv(os.mkfifo)),
+    "i52_folder_csv_run": ("run", run_with_special_csv(Path.mkdir)),
+    "i52_dangling_out": ("out", lambda dest, ctx: dest.symlink_to(dest.parent / "gone" / "out")),
+    **{f"i52_{name}.pt": (f"{name}.pt", forged(change)) for name, change in FORGED_52.items()},
+})  # fmt: skip
+MLFLOW_52 = f"train {QUICK} logger=[tensorboard,mlflow] mlflow.tracking_uri="
+CASES += [
+    case("i52-train-project-above-others-may-write", f"train {QUICK}",
+         needs=("i52_project_others_may_write",), cwd="work"),
+    case("i52-train-sitecustomize-in-code-folder", f"train {QUICK}", needs=("i52_sitecustomize_in_code",),
+         cwd="work"),
+    case("i52-sweep-sitecustomize-in-code-folder",
+         f"train -m model=mlp hydra/launcher=joblib seed=0,1 {QUICK}",
+         needs=("i52_sitecustomize_in_code",), cwd="work"),
+    case("i52-resume-metrics-csv-fifo", f"{RESUME_RUN} logger=[tensorboard,csv]",
+         needs=("i52_fifo_csv_run",)),
+    case("i52-resume-metrics-csv-folder", f"{RESUME_RUN} logger=[tensorboard,csv]",
+         needs=("i52_folder_csv_run",)),
+    case("i52-export-ok", "export run --format safetensors --output out", OK, ("run",)),
+    case("i52-export-dangling-output", "export run --format safetensors --output out",
+         needs=("run", "i52_dangling_out")),
+    case("i52-export-into-proc", "export run --format safetensors --output /proc/exported", needs=("run",)),
+    case("i52-export-output-dotdot", "export run --format safetensors --output ..", needs=("run",)),
+    *(case(f"i52-{command}-forged-{name.replace('_', '-')}", line.format(pt=f"{name}.pt"),
+           needs=(f"i52_{name}.pt",))
+      for name in FORGED_52
+      for command, line in (("eval", "eval ckpt={pt}"),
+                            ("export", "export {pt} --format safetensors --output o"))),
+    case("i52-tracking-uri-folder", f"{MLFLOW_52}empty_dir", needs=("empty_dir",)),
+    case("i52-tracking-uri-file", f"{MLFLOW_52}text.txt", needs=("text.txt",)),
+    case("i52-tracking-uri-sqlite-not-a-database", f"{MLFLOW_52}sqlite:///text.txt", needs=("text.txt",)),
+    case("i52-tracking-uri-unknown-scheme", f"{MLFLOW_52}foo://host/x"),
+    case("i52-own-step-updates-first-micro-batch-only", f"train model=firstonly accumulate=2 {QUICK}",
+         needs=("i52_own_steps",), writes_ok=True),  # it stops at its first window: the run's folder stays
+    case("i52-own-step-nan-loss", f"train model=nanloss {QUICK}", needs=("i52_own_steps",), writes_ok=True),
+    case("i52-own-step-updates-first-only-doctor", "doctor model=firstonly accumulate=2", DIAGNOSE,
+         ("i52_own_steps",)),
+    case("i52-profile-steps-past-the-end", f"train profile.steps=[1000,1001] {QUICK}"),
+    case("i52-ema-inv-gamma-inf",
+         "train callbacks=[ema] callbacks.ema.warmup=true callbacks.ema.inv_gamma=inf"),
+    case("i52-init-quote", ("init", "my'lab")),
+    case("i52-init-newline", ("init", "a\nb")),
+    case("i52-init-triple-quotes", ("init", 'a"""b')),
+    case("i52-init-inside-a-run", "init lab", needs=("run",), cwd="run"),
+    case("i52-no-project-small-gru", "train model=small_gru"),
+    case("i52-max-epoch-typo", "train trainer.max_epoch=5"),
+]  # fmt: skip
+# ---- end of issue 52 ----
+
+
 # Running and judging.
 
 

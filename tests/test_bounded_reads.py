@@ -13,8 +13,10 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from conftest import TINY
 from mlflow import MlflowClient
 
+from runner.cli.main import main
 from runner.config.errors import UserError
 from runner.observe.csv_tracker import CSV_FILE
 from runner.observe.hparams import HPARAMS_FILE
@@ -172,3 +174,21 @@ def test_a_tracking_server_that_stops_answering_holds_the_run_up_seconds_then_is
     assert warning.startswith(
         "logger mlflow did not answer within 1 s and is left out for the rest of the run"
     )
+
+
+def test_a_resume_refused_for_a_fifo_metrics_csv_leaves_its_train_log_as_it_was(
+    tmp_path, monkeypatch, capsys
+):
+    """The trackers open before the run plan is logged: a refused resume writes nothing in the run."""
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    main(["train", *TINY, "logger=[tensorboard,csv]", f"hydra.run.dir={run_dir}"])
+    (run_dir / CSV_FILE).unlink()
+    os.mkfifo(run_dir / CSV_FILE)
+    log = (run_dir / "train.log").read_bytes()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["train", f"resume={run_dir}", "trainer.max_steps=6"])
+    assert exited.value.code == 2
+    assert "logger=csv: cannot write" in capsys.readouterr().err
+    assert (run_dir / "train.log").read_bytes() == log

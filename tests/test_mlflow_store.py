@@ -84,6 +84,7 @@ def test_the_tracking_uris_mlflow_takes_pass_the_check(uri, tmp_path, monkeypatc
         ("sqlite://", "an SQLite store in memory is lost when the run ends"),
         ("sqlite:///{tmp}/missing/mlflow.db", "the folder {tmp}/missing does not exist"),
         ("sqlite:///{tmp}", "is not a file"),
+        ("sqlite:///{tmp}/notes.txt", "(sqlite3.DatabaseError) file is not a database"),
         (
             "sqlite:////proc/mlflow.db",
             "cannot start an MLflow run at mlflow.tracking_uri=sqlite:////proc/mlflow.db",
@@ -107,3 +108,14 @@ def test_a_tracking_uri_mlflow_refuses_is_one_line_and_leaves_no_run_folder(
     )
     assert says.format(tmp=tmp_path) in line
     assert list(work.iterdir()) == [] and (tmp_path / "notes.txt").read_text() == "mine\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt", "work"]  # no lock file left
+
+
+def test_a_tracking_uri_mlflow_refuses_is_named_before_the_model_is_built(tmp_path, monkeypatch, capsys):
+    """Refused at once, not after the data and the model are built (seconds of a run's start)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["train", *TINY, "logger=[mlflow]", "mlflow.tracking_uri=foo://host/x", "model.hidden=[-1]"])
+    assert exited.value.code == 2
+    assert "MLflow has no store of the scheme foo:" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -40,6 +40,7 @@ from runner.experiment.setup import (
 from runner.observe.all_runs_hparams import refresh_all_runs_experiment
 from runner.observe.console import to_log_file
 from runner.observe.hparams import HParamsRecord, hparams_of
+from runner.observe.mlflow_store import check_tracking_uri
 from runner.observe.records import record_split, write_run_record
 from runner.observe.sweep_hparams import refresh_sweep_experiment
 from runner.observe.trackers import Loggers, open_trackers
@@ -121,6 +122,8 @@ def train_in_this_process(
     process = from_environment()
     if process.is_main:
         refuse_if_held(run_dir)  # a run still writing there is named before anything is built
+    if "mlflow" in config.logger and config.mlflow.tracking_uri is not None:  # one MLflow refuses: at once
+        check_tracking_uri(config.mlflow.tracking_uri)
     plain_config = as_dict(config)
     found = checkpoint_to_resume(config, run_dir, resume_from)
     checkpoint = found.checkpoint if found else None
@@ -204,18 +207,17 @@ def train_in_this_process(
         steps_per_epoch=per_epoch, run_dir=run_dir, speed_notes=speed.notes, world_size=process.world_size,
         resumed_from=resumed_from, start_step=state.step, reapplied=found.reapplied if found else (),
         spread_notes=spread.notes, schedule_counted=schedule.counted))  # fmt: skip
-    log.info(plan)
     logger: MetricLogger = NullLogger()
     checkpointer: Checkpointer = NoCheckpoints()
     record: HParamsRecord | None = None  # rank 0's, once it starts writing
     try:
         with run_dir_lock(run_dir) if process.is_main else nullcontext():
+            hparams = hparams_of(plain_config, seed)
+            # First: a tracker that cannot start refuses the run unwritten (a resume's train.log too).
+            at = state.step if checkpoint else None
+            trackers = open_trackers(config.logger, run_dir, hparams, config, at) if process.is_main else []
+            log.info(plan)
             if process.is_main:  # only rank 0 writes: records, checkpoints, TensorBoard, trackers
-                # First: a tracker that cannot start (no server, no login) refuses the run unwritten.
-                hparams = hparams_of(plain_config, seed)
-                trackers = open_trackers(
-                    config.logger, run_dir, hparams, config, state.step if checkpoint else None
-                )
                 if trackers:  # the event file joins them once it is open
                     logger = Loggers(NullLogger(), trackers)
                 runtime = {

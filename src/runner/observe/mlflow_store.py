@@ -82,14 +82,20 @@ def check_tracking_uri(uri: str) -> None:
 
 @contextmanager
 def locked(path: Path | None) -> Iterator[None]:
-    """An exclusive lock on the file ``path`` (made if needed) while the block runs; none for None."""
+    """An exclusive lock on the file ``path`` (made if needed) while the block runs; none for None. A
+    lock file this call made is removed where the block fails: a refused store leaves nothing beside it."""
     if path is None:
         yield
         return
+    made = not path.exists()
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
+        except BaseException:
+            if made:
+                path.unlink(missing_ok=True)
+            raise
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
