@@ -136,9 +136,10 @@ class Stateful:
             self.model.load_state_dict(checkpoint["model_state_dict"])
         if wrong := wrong_optimizer_state(self.optimizer, checkpoint["optimizer_state_dict"]):
             shown = ", ".join(f"optimizer_state_dict{where}" for where in wrong[:4])
+            verb = "does" if len(wrong) == 1 else "do"
             raise CheckpointError(
-                f"checkpoint {path} is not a runner checkpoint: {shown} do not hold what torch's optimizer "
-                "saves there; use another checkpoint of the run"
+                f"checkpoint {path} is not a runner checkpoint: {shown} {verb} not hold what torch's "
+                "optimizer saves there; use another checkpoint of the run"
             )
         try:
             self.optimizer.load_state_dict(checkpoint["optimizer_state_dict"])

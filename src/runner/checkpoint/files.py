@@ -254,8 +254,9 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
         )
     wrong = wrong_kinds(checkpoint, sharded=path.name == RECORD) or out_of_range(checkpoint)
     if wrong:
+        verb = "does" if len(wrong) == 1 else "do"
         raise CheckpointError(
-            f"checkpoint {path} is not a runner checkpoint: {_listing(wrong)} do not hold what runner "
+            f"checkpoint {path} is not a runner checkpoint: {_listing(wrong)} {verb} not hold what runner "
             "saves there; use another checkpoint of the run"
         )
     return checkpoint
