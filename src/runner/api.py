@@ -143,7 +143,7 @@ def checked_overrides(overrides: Iterable[str]) -> list[str]:
 def entered(project: str | os.PathLike | None) -> Iterator[None]:
     """In the project (its code importable, its configs on Hydra's search path), with its mistakes
     raised as ``UserError``."""
-    from runner.cli.environment import check_process_environment
+    from runner.cli.processes.environment import check_process_environment
     from runner.cli.project import enter
 
     with raise_errors():

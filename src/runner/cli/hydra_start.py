@@ -15,8 +15,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runner.cli import worker_stop
 from runner.cli.exits import exit_with
+from runner.cli.processes import worker_stop
 from runner.cli.write_guard import guard_run_dir, guard_sweep_dir
 from runner.config.errors import ConfigError
 

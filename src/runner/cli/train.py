@@ -11,14 +11,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from runner.cli import worker_stop
 from runner.cli.arguments import CommandLine, value_text
 from runner.cli.exits import exit_with
 from runner.cli.fresh_run_dir import check_new_run_dir
 from runner.cli.hydra_app import check_command_line, run_hydra, trusted_targets
+from runner.cli.processes import worker_stop
+from runner.cli.processes.submitit_tasks import submitit_tasks_as_ranks
+from runner.cli.processes.torchrun import alone_under_torchrun, under_torchrun
 from runner.cli.resume_line import with_resume
-from runner.cli.submitit_tasks import submitit_tasks_as_ranks
-from runner.cli.torchrun import alone_under_torchrun, under_torchrun
 from runner.config.errors import UserError
 from runner.experiment.job_facts import Invocation, Job
 from runner.experiment.sweep_stop import SweepStop
