@@ -42,7 +42,7 @@ ended(0)
 import runner.experiment.train as train
 ended(1)
 from runner.cli.arguments import CommandLine
-from runner.cli.hydra_app import check_command_line, run_hydra
+from runner.cli.hydra.hydra_app import check_command_line, run_hydra
 command_line = CommandLine.parse(sys.argv[2:])
 check_command_line(command_line)
 ended(2)

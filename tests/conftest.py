@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from runner.cli.hydra_app import CONFIG_DIR
+from runner.cli.hydra.hydra_app import CONFIG_DIR
 from runner.cli.train import main_train
 from runner.config.schema import RunConfig
 from runner.config.typed import typed_config

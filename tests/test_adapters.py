@@ -12,7 +12,7 @@ from conftest import composed
 from hydra.utils import instantiate
 
 from runner.checkpoint.files import CheckpointError
-from runner.cli.hydra_app import CONFIG_DIR
+from runner.cli.hydra.hydra_app import CONFIG_DIR
 from runner.cli.tools import main_export
 from runner.config.errors import ConfigError
 from runner.config.trust import folder_targets

@@ -14,7 +14,7 @@ from conftest import composed, read_scalars
 from hydra.utils import instantiate
 
 from runner.checkpoint.files import load_checkpoint
-from runner.cli.hydra_app import CONFIG_DIR
+from runner.cli.hydra.hydra_app import CONFIG_DIR
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import RunConfig
 from runner.config.trust import folder_targets, targets_in

@@ -140,12 +140,46 @@ def test_checkpoint_observe_and_precision_never_import_the_engine():
             assert not crossing, f"{module} imports {crossing}"
 
 
-def test_only_the_command_line_knows_hydra_and_nothing_imports_it():
+def test_nothing_below_the_command_line_knows_hydra_or_imports_it():
     for module, names in MODULES.items():
         if within(module, *CLI):
             continue
-        crossing = [name for name in names if within(name, "hydra", "runner.cli")]
+        crossing = [name for name in names if within(name, "hydra", "hydra_plugins", "runner.cli")]
         assert not crossing, f"{module} imports {crossing}"
+
+
+# Inside the command line, Hydra is the adapter's (cli/hydra/). The one exception: the command line's
+# grammar is Hydra's override grammar, which arguments.py parses once with Hydra's own parser.
+HYDRA_ADAPTER = "runner.cli.hydra"
+HYDRA_GRAMMAR = {"runner.cli.arguments"}
+
+
+def knows_hydra(module: str) -> list[str]:
+    return sorted(name for name in MODULES[module] if within(name, "hydra", "hydra_plugins"))
+
+
+@pytest.mark.parametrize("module", sorted(name for name in MODULES if within(name, *CLI)))
+def test_only_the_hydra_adapter_imports_hydra(module):
+    if within(module, HYDRA_ADAPTER) or module in HYDRA_GRAMMAR:
+        return
+    assert not knows_hydra(module), (
+        f"{module} imports {knows_hydra(module)}: its Hydra part goes in cli/hydra/"
+    )
+
+
+@pytest.mark.parametrize("module", sorted(name for name in MODULES if within(name, HYDRA_ADAPTER)))
+def test_the_hydra_adapter_holds_only_what_speaks_to_hydra(module):
+    if module == HYDRA_ADAPTER:  # the folder's __init__
+        return
+    speaks = knows_hydra(module) + sorted(name for name in MODULES[module] if within(name, "omegaconf"))
+    assert speaks, f"{module} imports neither Hydra nor OmegaConf: it belongs beside the commands"
+
+
+@pytest.mark.parametrize("module", sorted(name for name in MODULES if within(name, "runner.cli.processes")))
+def test_the_processes_import_neither_hydra_nor_its_adapter(module):
+    """They read the parsed command line (arguments.py, Hydra's grammar), never Hydra's config."""
+    adapter = sorted(name for name in [module, *reached_from(module)] if within(name, HYDRA_ADAPTER))
+    assert not knows_hydra(module) and not adapter, f"{module} imports {knows_hydra(module) + adapter}"
 
 
 def test_only_hydras_public_api():

@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from runner.cli.arguments import CommandLine
-from runner.cli.hydra_app import CONFIG_DIR, check_command_line
+from runner.cli.hydra.hydra_app import CONFIG_DIR, check_command_line
 from runner.config.checks import check_top_level_key, check_value
 from runner.config.errors import ConfigError
 from runner.config.schema import resume_policy

@@ -96,6 +96,15 @@ def test_a_sweep_runs_each_job_in_turn_and_writes_its_summary(tmp_path, capsys):
     assert output.count("Launching 2 jobs locally") == 1 and " : " not in output  # Hydra's #N line
 
 
+def test_a_sweep_callback_named_by_its_path_before_cli_hydra_still_summarises(tmp_path):
+    """A config written when the Hydra callbacks sat at cli/'s top (``runner.cli.sweep_summary``, which
+    these docs once told users to name) still gets its callback."""
+    sweep_dir = tmp_path / "sweep"
+    old_path = "hydra.callbacks.sweep_summary._target_=runner.cli.sweep_summary.SweepSummary"
+    main_train(["-m", *TINY, "seed=1", old_path, f"hydra.sweep.dir={sweep_dir}"])
+    assert (sweep_dir / "summary.csv").read_text().count("\n") == 2  # a header and the job
+
+
 def test_the_same_sweep_run_again_runs_no_job_twice(tmp_path, capsys):
     sweep_dir = tmp_path / "sweep"
     arguments = ["-m", *TINY, "seed=1,2", f"hydra.sweep.dir={sweep_dir}"]

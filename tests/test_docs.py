@@ -263,7 +263,7 @@ def option_row(page: Path, key: str) -> str:
 def test_the_sweeps_page_offers_every_sampler_and_pruner_option_but_cmaes():
     """``cmaes`` is an option only to be refused with its reason (its state is a pickle in the
     study): the page must not offer it, and must say why it is refused."""
-    from runner.cli.hydra_app import options_of
+    from runner.cli.hydra.hydra_app import options_of
 
     def registered(group: str) -> set[str]:
         return set(options_of(group))

@@ -17,7 +17,7 @@ import pytest
 from conftest import TINY, composed
 from hydra.utils import instantiate
 
-from runner.cli.hydra_app import store_project_defaults
+from runner.cli.hydra.hydra_app import store_project_defaults
 from runner.cli.main import main
 from runner.cli.tools import main_export
 from runner.config.project import PROJECT_ENV

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from runner.checkpoint.locate import locate_checkpoint
-from runner.cli.hydra_app import CONFIG_DIR
+from runner.cli.hydra.hydra_app import CONFIG_DIR
 from runner.config.errors import ConfigError
 from runner.experiment.job import run_job
 from runner.experiment.job_facts import Invocation, Job

@@ -11,8 +11,8 @@ from omegaconf import OmegaConf, open_dict, read_write
 
 from runner.checkpoint.locate import checkpoint_to_evaluate, locate_checkpoint
 from runner.cli.arguments import CommandLine, quoted
-from runner.cli.hydra_app import CONFIG_DIR
-from runner.cli.sweep_job_dirs import sweep_plan
+from runner.cli.hydra.hydra_app import CONFIG_DIR
+from runner.cli.hydra.sweep_job_dirs import sweep_plan
 from runner.cli.train import with_resume
 from runner.config.job_dirs import NAME_BYTES, find_job_dir, job_dir_name, job_number, numbered
 from runner.tools.job_files import find_runs

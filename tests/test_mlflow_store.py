@@ -12,7 +12,7 @@ from conftest import TINY
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
-from runner.cli.hydra_start import prepare_mlflow
+from runner.cli.hydra.hydra_start import prepare_mlflow
 from runner.cli.main import main
 from runner.observe.mlflow_store import check_tracking_uri
 from runner.observe.mlflow_tracker import opened_store

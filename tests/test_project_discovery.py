@@ -15,7 +15,7 @@ from conftest import TINY, run_cli, snapshot
 
 import runner
 from runner.checkpoint.files import CHECKSUM_KEY, atomic_save
-from runner.cli.hydra_app import store_project_defaults
+from runner.cli.hydra.hydra_app import store_project_defaults
 from runner.cli.main import main
 from runner.cli.train import main_train
 from runner.config.errors import ConfigError

@@ -13,8 +13,8 @@ import yaml
 from conftest import REPO
 from omegaconf import OmegaConf
 
+from runner.cli.hydra.optuna_space import search_space
 from runner.cli.main import main
-from runner.cli.optuna_space import search_space
 from runner.config.errors import ConfigError
 from runner.search.continuation import OtherJobInTheWay, earlier_job
 from runner.search.gpus import claimed_gpu

@@ -6,7 +6,7 @@ import os
 import pytest
 from conftest import run_cli
 
-from runner.cli.start_folder import protect_sys_path
+from runner.cli.processes.start_folder import protect_sys_path
 
 
 def test_the_start_folder_is_on_the_path_only_where_pythonpath_names_it(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from conftest import PLUGINS, TINY
 from hydra.utils import instantiate
 
 import runner
-from runner.cli.hydra_app import CONFIG_DIR
+from runner.cli.hydra.hydra_app import CONFIG_DIR
 from runner.cli.main import main
 from runner.cli.tools import main_export
 from runner.config.trust import folder_targets

@@ -13,8 +13,8 @@ from conftest import TINY, composed
 from hydra.utils import instantiate
 
 from runner.checkpoint.files import atomic_save
-from runner.cli.hydra_app import CONFIG_DIR
-from runner.cli.optuna_space import search_space
+from runner.cli.hydra.hydra_app import CONFIG_DIR
+from runner.cli.hydra.optuna_space import search_space
 from runner.config.errors import ConfigError
 from runner.config.trust import check_config_from_file, folder_targets, is_live_interpolation
 from runner.config.typed import as_dict, typed_config

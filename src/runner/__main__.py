@@ -1,6 +1,6 @@
 """``python -m runner COMMAND [overrides]``."""
 
-from runner.cli.start_folder import protect_sys_path
+from runner.cli.processes.start_folder import protect_sys_path
 
 protect_sys_path()  # before anything else is imported: the start folder is data, not code
 

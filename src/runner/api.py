@@ -45,7 +45,7 @@ def train(overrides: Iterable[str] = (), project: PathGiven | None = None) -> Tr
     signals (Ctrl-C goes to the program)."""
     arguments = checked_overrides(overrides)
     project = path_of(project, "train", "project") if project is not None else None
-    from runner.cli.hydra_start import planned_run_dir
+    from runner.cli.hydra.hydra_start import planned_run_dir
     from runner.cli.train import main_train
 
     with ONE_CALL, process_kept(), entered(project):
@@ -67,9 +67,8 @@ def load_model(
     with ``runner eval``, the stored config builds only runner's ``_target_``s, those the project's
     config folder names (``project``, as for ``train``), and ``allow_targets``: a list of targets, or
     one string as the command line takes them (``"mylab.Net"``, ``"mylab.Net,mylab.Head"``)."""
-    import hydra.utils
-
-    from runner.cli.hydra_app import config_folders
+    from runner.cli.hydra.hydra_app import config_folders
+    from runner.cli.hydra.job import build
     from runner.config.checks import check_value
     from runner.config.trust import folder_targets
     from runner.tools.trained_model import load_trained_model
@@ -84,7 +83,7 @@ def load_model(
     with ONE_CALL, process_kept(), entered(project):
         check_value("device", device)
         trusted = set().union(*(folder_targets(folder) for folder in config_folders(None)))
-        return load_trained_model(run, hydra.utils.instantiate, trusted | allowed, device)
+        return load_trained_model(run, build, trusted | allowed, device)
 
 
 def path_of(value: Any, function: str, name: str) -> Path:
@@ -143,7 +142,7 @@ def checked_overrides(overrides: Iterable[str]) -> list[str]:
 def entered(project: str | os.PathLike | None) -> Iterator[None]:
     """In the project (its code importable, its configs on Hydra's search path), with its mistakes
     raised as ``UserError``."""
-    from runner.cli.environment import check_process_environment
+    from runner.cli.processes.environment import check_process_environment
     from runner.cli.project import enter
 
     with raise_errors():

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from runner.cli.hydra_app import CONFIG_DIR
+from runner.cli.hydra.hydra_app import CONFIG_DIR
 from runner.config.typed import typed_config
 from runner.experiment.parallel import spread_model
 from runner.training.distributed import from_environment

@@ -39,7 +39,7 @@ class OptunaSweeper(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> None:
-        from runner.cli.optuna_space import check_keys, search_space
+        from runner.cli.hydra.optuna_space import check_keys, search_space
 
         def read_space() -> Any:
             space = search_space(self.search.params, arguments)

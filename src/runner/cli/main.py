@@ -48,8 +48,8 @@ def main(arguments: list[str] | None = None) -> None:
         raise SystemExit(2)
     command, rest = arguments[0], arguments[1:]
     module_name, function_name = COMMANDS[command]
-    from runner.cli.environment import check_process_environment
     from runner.cli.exits import exit_with
+    from runner.cli.processes.environment import check_process_environment
     from runner.config.errors import UserError
 
     try:

@@ -27,7 +27,7 @@ def enter(start: Path | None = None, code_importable: bool = True) -> Project | 
     project = find_project(start) or active_project()
     if project is not None:
         enter_project(project, code_importable)
-    from runner.cli.hydra_app import store_project_defaults
+    from runner.cli.hydra.hydra_app import store_project_defaults
 
     store_project_defaults(project)
     return project

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from runner.cli.arguments import CommandLine, parse_overrides, reapplied, resumed, value_text
 from runner.cli.config_folder_hint import check_same_project, folder_hint
-from runner.cli.hydra_app import options_of
+from runner.cli.hydra.hydra_app import options_of
 from runner.config.errors import ConfigError
 from runner.config.project import active_project
 from runner.config.trust import check_named, interpolations_in, is_live_interpolation, one_line, targets_in

@@ -6,13 +6,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
-from runner.cli.hydra_app import check_command_line, config_folders, run_hydra
+from runner.cli.hydra.hydra_app import check_command_line, config_folders, run_hydra
+from runner.cli.hydra.job import build, output_dir
 from runner.config.checks import check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.schema import RunConfig
@@ -104,7 +103,7 @@ def main_eval(arguments: list[str]) -> None:
         if not options["ckpt"]:
             raise ConfigError("ckpt= names nothing; give a checkpoint file or a run directory")
         checkpoint = checkpoint_to_evaluate(Path(options["ckpt"]))
-        metrics = evaluate_checkpoint(checkpoint, device, hydra.utils.instantiate, split, trusted)
+        metrics = evaluate_checkpoint(checkpoint, device, build, split, trusted)
     except UserError as error:
         exit_with(error)
     print(" ".join(f"{name} {value:.6g}" if isinstance(value, float) else f"{name} {value}"
@@ -200,7 +199,7 @@ def main_export(arguments: list[str]) -> None:
             )
         trusted = set().union(*(folder_targets(folder) for folder in config_folders(None))) | allowed
         output = Path(flags["--output"]) if "--output" in flags else None
-        written = export_run(Path(rest[0]), flags["--format"], output, hydra.utils.instantiate, trusted)
+        written = export_run(Path(rest[0]), flags["--format"], output, build, trusted)
     except UserError as error:
         exit_with(error)
     print(f"wrote {written} ({flags['--format']})")
@@ -233,14 +232,14 @@ def task_setup(cfg: DictConfig, check_fit: bool = False) -> tuple[RunConfig, Any
     try:
         config = typed_config(cfg)
         seed = config.seed if config.seed is not None else draw_seed()
-        prepared = prepare(config, hydra.utils.instantiate, seed)
+        prepared = prepare(config, build, seed)
         if check_fit:
             first = next(iter(prepared.train_loader))
             try_first_batch(prepared.parts.model, first, prepared.parts.loss_fn, prepared.device,
                             prepared.precision.autocast, config.data.target_key)  # fmt: skip
         return config, prepared
     except UserError as error:
-        remove_new_run_dir(Path(HydraConfig.get().runtime.output_dir), keep=Path.cwd())
+        remove_new_run_dir(output_dir(), keep=Path.cwd())
         exit_with(error)
 
 
@@ -249,7 +248,7 @@ def optimizer_factory(config: RunConfig) -> Callable[[Any], Any]:
     train throw-away copies)."""
     from runner.experiment.setup import build_optimizer
 
-    return lambda model: build_optimizer(hydra.utils.instantiate, config, model)
+    return lambda model: build_optimizer(build, config, model)
 
 
 def doctor_task(cfg: DictConfig, as_json: bool) -> None:
@@ -278,7 +277,7 @@ def lr_find_task(cfg: DictConfig, sweep: dict[str, float]) -> None:
     from runner.tools.lr_find import find_lr, record
 
     config, prepared = task_setup(cfg, check_fit=True)
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    run_dir = output_dir()
     low, high, steps = sweep["--min-lr"], sweep["--max-lr"], int(sweep["--steps"])
     try:  # a refusal that needs the optimizer built (several: optimizers) writes nothing either
         curve = find_lr(

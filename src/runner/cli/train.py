@@ -1,26 +1,23 @@
 """``python -m runner train [overrides]``: check the command line, rewrite it for a resume or for
-torchrun, then run (or sweep) under Hydra. What Hydra says about each job is read here once and
-handed to the Hydra-free job lifecycle (``runner.experiment.job``)."""
+torchrun, then run (or sweep) under Hydra. What Hydra says about each job is read once (``cli/hydra/job.py``)
+and handed to the Hydra-free job lifecycle (``runner.experiment.job``)."""
 
 import os
 from pathlib import Path
-from typing import Any
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from runner.cli import worker_stop
 from runner.cli.arguments import CommandLine, value_text
 from runner.cli.exits import exit_with
-from runner.cli.fresh_run_dir import check_new_run_dir
-from runner.cli.hydra_app import check_command_line, run_hydra, trusted_targets
+from runner.cli.hydra.fresh_run_dir import check_new_run_dir
+from runner.cli.hydra.hydra_app import check_command_line, run_hydra, trusted_targets
+from runner.cli.hydra.job import build, output_dir, this_job
+from runner.cli.processes import worker_stop
+from runner.cli.processes.submitit_tasks import submitit_tasks_as_ranks
+from runner.cli.processes.torchrun import alone_under_torchrun, under_torchrun
 from runner.cli.resume_line import with_resume
-from runner.cli.submitit_tasks import submitit_tasks_as_ranks
-from runner.cli.torchrun import alone_under_torchrun, under_torchrun
 from runner.config.errors import UserError
-from runner.experiment.job_facts import Invocation, Job
+from runner.experiment.job_facts import Invocation
 from runner.experiment.sweep_stop import SweepStop
 from runner.experiment.undo import RunDirBefore
 
@@ -29,42 +26,11 @@ def train_task(cfg: DictConfig, invocation: Invocation | None = None) -> float |
     """One run, or one job of a sweep (see ``runner.experiment.job``); a refusal exits in one line."""
     from runner.experiment.job import run_job  # loads torch: only once Hydra has composed
 
-    hydra_config = HydraConfig.get()
-    with submitit_tasks_as_ranks(Path(hydra_config.runtime.output_dir)):  # sets a task's RANK
+    with submitit_tasks_as_ranks(output_dir()):  # sets a task's RANK
         try:
-            return run_job(
-                cfg, job_of(hydra_config), invocation or Invocation(), build=hydra.utils.instantiate
-            )
+            return run_job(cfg, this_job(), invocation or Invocation(), build=build)
         except UserError as error:
             exit_with(error)
-
-
-def job_of(hydra_config: Any) -> Job:
-    """What Hydra says about the job being run, and its place in a distributed run."""
-    in_sweep = hydra_config.mode == RunMode.MULTIRUN
-    launcher = str(hydra_config.launcher.get("_target_", ""))
-    return Job(
-        run_dir=Path(hydra_config.runtime.output_dir),
-        name=hydra_config.job.name,
-        in_sweep=in_sweep,
-        number=hydra_config.job.num if in_sweep else 0,  # unset outside a sweep
-        # As written: an override may hold an interpolation that typed_config() names if it fails.
-        overrides=OmegaConf.to_container(hydra_config.overrides.task, resolve=False),
-        sweep_dir=Path(hydra_config.sweep.dir) if in_sweep else None,
-        jobs_in_this_process="BasicLauncher" in launcher,
-        jobs_in_workers="JoblibLauncher" in launcher,
-        sweeper=hydra_config.sweeper,
-        runner_search=in_sweep and is_runner_search(hydra_config.sweeper),
-        rank=int(os.environ.get("RANK", 0)),
-        world_size=int(os.environ.get("WORLD_SIZE", 1)),
-    )
-
-
-def is_runner_search(sweeper: Any) -> bool:
-    """Whether the sweep is runner's Optuna search (its jobs report to their trials)."""
-    from hydra_plugins.runner_optuna_sweeper.config import SWEEPER_TARGET
-
-    return sweeper.get("_target_") == SWEEPER_TARGET
 
 
 def jobs_before(command_line: CommandLine) -> dict[Path, RunDirBefore]:

@@ -1,5 +1,5 @@
 """What an Optuna search searches: each searched key's Optuna distribution, and the fixed settings
-every job gets. Read from Hydra's sweep syntax by ``runner.cli.optuna_space``."""
+every job gets. Read from Hydra's sweep syntax by ``runner.cli.hydra.optuna_space``."""
 
 from dataclasses import dataclass
 from typing import Any

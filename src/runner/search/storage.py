@@ -37,7 +37,7 @@ def in_sweep_dir(storage: str | None) -> bool:
 
 def shared_by_processes(storage: str | None) -> bool:
     """Whether several sweeper processes may run this search at once: a journal file or a database
-    server; SQLite is one process's (``runner.cli.write_guard`` refuses a second one)."""
+    server; SQLite is one process's (``runner.cli.hydra.write_guard`` refuses a second one)."""
     return storage is not None and not storage.startswith("sqlite:")
 
 

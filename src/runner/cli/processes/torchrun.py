@@ -4,7 +4,7 @@ directory; a group torchrun restarts, of several processes or of one, continues 
 import os
 
 from runner.cli.arguments import CommandLine, for_rank, value_text
-from runner.cli.restarts import continuing, run_dir_across_restarts
+from runner.cli.processes.restarts import continuing, run_dir_across_restarts
 from runner.config.errors import ConfigError
 from runner.config.schema import PEER_TIMEOUT_S
 

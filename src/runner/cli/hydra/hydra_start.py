@@ -15,9 +15,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runner.cli import worker_stop
 from runner.cli.exits import exit_with
-from runner.cli.write_guard import guard_run_dir, guard_sweep_dir
+from runner.cli.hydra.write_guard import guard_run_dir, guard_sweep_dir
+from runner.cli.processes import worker_stop
 from runner.config.errors import ConfigError
 
 NAME_MAX, PATH_MAX = 255, 4096  # the longest folder name and path most file systems take (bytes)

@@ -18,15 +18,15 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-import runner.cli.sweep_job_dirs  # noqa: F401  (the resolvers that name a sweep's job directories)
+import runner.cli.hydra.sweep_job_dirs  # noqa: F401  (the resolvers that name a sweep's job directories)
 from runner.checkpoint.durable import NO_SPACE, REFUSED_WRITES, refused_write
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
+from runner.cli.hydra.hydra_start import check_folder_names, new_sweep_dir, planned_run_dir
+from runner.cli.hydra.project_defaults import all_options_of, no_such_option, project_defaults_error
+from runner.cli.hydra.suggest import closest_argument
+from runner.cli.hydra.write_guard import release_folders
 from runner.cli.hydra_help import help_without_schemas
-from runner.cli.hydra_start import check_folder_names, new_sweep_dir, planned_run_dir
-from runner.cli.project_defaults import all_options_of, no_such_option, project_defaults_error
-from runner.cli.suggest import closest_argument
-from runner.cli.write_guard import release_folders
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value
 from runner.config.errors import ConfigError, UserError
 from runner.config.project import Project, active_project
@@ -37,8 +37,9 @@ from runner.observe.console import OneLinePerJob
 
 def config_dir() -> Path:
     """``conf/`` inside an installed wheel, else the repository's top-level ``conf/``."""
-    packaged = Path(__file__).resolve().parents[1] / "conf"
-    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[3] / "conf"
+    package = Path(__file__).resolve().parents[2]  # runner/, three folders up from cli/hydra/
+    packaged = package / "conf"
+    return packaged if packaged.is_dir() else package.parents[1] / "conf"
 
 
 CONFIG_DIR = config_dir()

@@ -66,7 +66,7 @@ def search_space(params: dict[str, str] | None, arguments: Sequence[str]) -> Sea
 def check_keys(space: SearchSpace, config: DictConfig) -> None:
     """Each searched key is a setting of the composed config (or a config group), and each value it may
     take is allowed: a typo fails here, before a trial is asked for."""
-    from runner.cli.hydra_app import group_names, options_of
+    from runner.cli.hydra.hydra_app import group_names, options_of
     from runner.config.checks import check_value
 
     missing = object()
