@@ -5,14 +5,18 @@ import json
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import tomllib
 from conftest import TINY, composed, read_scalars
 
 from runner.config.errors import ConfigError
 from runner.config.trackers import TRACKERS, TrackerEntry
-from runner.observe.trackers import TRACKERS_FILE, Trackers, TrackerStart
+from runner.observe.trackers import TRACKERS_FILE, Trackers, TrackerStart, tracker_class
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
 class ProbeTracker:
@@ -88,3 +92,12 @@ def test_no_trackers_asked_for_is_a_set_that_does_nothing():
     assert set(threading.enumerate()) <= before  # no thread started to feed nobody
     trackers.close()
     assert time.monotonic() - started < 0.5
+
+
+@pytest.mark.parametrize("name", [name for name, entry in TRACKERS.items() if entry.opens])
+def test_each_entry_opens_a_tracker_of_its_name_whose_extra_installs_its_package(name):
+    assert tracker_class(name).name == name  # trackers.json and the warnings name it as logger=[...] does
+    package = TRACKERS[name].package
+    if package is not None:  # the refusal says: pip install "runner[NAME]"
+        extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
+        assert any(requirement.startswith(package) for requirement in extras[name])

@@ -268,8 +268,9 @@ def train_in_this_process(
         if isinstance(error, WriteError):
             last_good = checkpointer.last_written or (found.path if found else None)
             raised = error.with_advice(resume_advice(error, last_good, run_dir))
-        with suppress(Exception):  # the trackers' runs end as failed, if not ended yet
-            trackers.close()
+        with suppress(Exception):  # the event file's error is the one raised (below) already
+            trackers.close()  # the trackers' runs end as failed, if not ended yet
+            logger.close()
         if record is not None:  # the run had started writing: its records say how it ended
             record.end(ok=False)
             refresh_hparams_columns(run_dir)
