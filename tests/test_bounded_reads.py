@@ -23,7 +23,7 @@ from runner.observe.hparams import HPARAMS_FILE
 from runner.observe.mlflow_tracker import MlflowTracker
 from runner.observe.records import recorded_result
 from runner.observe.sweep_hparams import session_hparams
-from runner.observe.trackers import TRACKERS_FILE, Loggers, open_trackers, recorded_trackers
+from runner.observe.trackers import TRACKERS_FILE, Loggers, Trackers, open_trackers, recorded_trackers
 from runner.observe.writer import NullLogger
 
 GIGABYTES_3 = 3 * 10**9
@@ -161,13 +161,14 @@ def test_a_tracking_server_that_stops_answering_holds_the_run_up_seconds_then_is
     and the run's later calls cost nothing."""
     tracker = MlflowTracker.__new__(MlflowTracker)  # its run started; then the server stops answering
     tracker.client, tracker.run_id = MlflowClient(tracking_uri=silent_server), "0" * 32
-    loggers = Loggers(NullLogger(), [tracker], answer_seconds=1.0)
+    trackers = Trackers([tracker], answer_seconds=1.0)
+    loggers = Loggers(NullLogger(), trackers)
     loggers.log_scalars(1, {"train/loss": 0.5})
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="runner"):
         loggers.flush()
         loggers.log_scalars(2, {"train/loss": 0.4})
-        loggers.finish("ok", {})
+        trackers.finish("ok", {})
         loggers.close()
     assert time.monotonic() - started < 4
     (warning,) = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]

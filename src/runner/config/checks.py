@@ -14,6 +14,7 @@ from runner.config.closest import closest_name
 from runner.config.errors import ConfigError, show
 from runner.config.monitors import check_monitored
 from runner.config.schema import SETTINGS, TOP_LEVEL_KEYS, RunConfig
+from runner.config.trackers import TRACKERS
 
 ABSENT = object()
 
@@ -239,15 +240,11 @@ def check_trainable_only(config: RunConfig) -> None:
             )
 
 
-# The trackers that are optional extras: the module each needs, and the pip command that installs it.
-TRACKER_PACKAGES = {"mlflow": "mlflow", "wandb": "wandb"}
-
-
 def check_loggers_installed(loggers: list[str]) -> None:
     """A tracker named in ``logger`` whose library is not installed is refused before anything is
     written (a run that trained for hours would otherwise have lost its tracker at the start)."""
     for name in loggers:
-        package = TRACKER_PACKAGES.get(name)
+        package = TRACKERS[name].package  # an optional extra of runner's of the tracker's name
         if package is not None and importlib.util.find_spec(package) is None:
             raise ConfigError(
                 f"logger=[{','.join(loggers)}]: {name} is not installed; install it with "

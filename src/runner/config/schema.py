@@ -20,6 +20,7 @@ from runner.config.settings import (
     one_of,
     setting,
 )
+from runner.config.trackers import TRACKERS
 
 DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 PRECISIONS = ("fp32", "amp", "bf16")
@@ -145,11 +146,10 @@ class ProfileConfig:
     memory: bool = setting(False, rule=BOOLEAN, resume="may_change")
 
 
-# Where a run's numbers go besides TensorBoard's event files (observe/trackers.py).
-LOGGERS = ("tensorboard", "mlflow", "wandb", "csv")
+# Where a run's numbers go besides TensorBoard's event files: the trackers' registry (config/trackers.py).
 LOGGER_LIST = Rule(
-    "a list of " + ", ".join(LOGGERS) + ", each at most once, such as [tensorboard,mlflow]",
-    lambda v: isinstance(v, list | tuple) and all(x in LOGGERS for x in v) and len(set(v)) == len(v),
+    "a list of " + ", ".join(TRACKERS) + ", each at most once, such as [tensorboard,mlflow]",
+    lambda v: isinstance(v, list | tuple) and all(x in TRACKERS for x in v) and len(set(v)) == len(v),
 )
 OPTIONAL_NAME = Rule("a non-empty string, or null", lambda v: v is None or (isinstance(v, str) and v != ""))
 NAME = Rule("a non-empty string", lambda v: isinstance(v, str) and v != "")

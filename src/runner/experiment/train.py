@@ -43,7 +43,7 @@ from runner.observe.hparams import HParamsRecord, hparams_of
 from runner.observe.mlflow_store import check_tracking_uri
 from runner.observe.records import record_split, write_run_record
 from runner.observe.sweep_hparams import refresh_sweep_experiment
-from runner.observe.trackers import Loggers, open_trackers
+from runner.observe.trackers import Loggers, Trackers, open_trackers
 from runner.observe.writer import MetricLogger, NullLogger, TensorBoardLogger
 from runner.training.callbacks import Callbacks
 from runner.training.carried import NoCarriedState, carried_state_of
@@ -208,18 +208,18 @@ def train_in_this_process(
         resumed_from=resumed_from, start_step=state.step, reapplied=found.reapplied if found else (),
         spread_notes=spread.notes, schedule_counted=schedule.counted))  # fmt: skip
     logger: MetricLogger = NullLogger()
+    trackers = Trackers()  # none, until rank 0 opens those logger=[...] names
     checkpointer: Checkpointer = NoCheckpoints()
     record: HParamsRecord | None = None  # rank 0's, once it starts writing
     try:
         with run_dir_lock(run_dir) if process.is_main else nullcontext():
             hparams = hparams_of(plain_config, seed)
             # First: a tracker that cannot start refuses the run unwritten (a resume's train.log too).
-            at = state.step if checkpoint else None
-            trackers = open_trackers(config.logger, run_dir, hparams, config, at) if process.is_main else []
+            if process.is_main:
+                at = state.step if checkpoint else None
+                trackers = Trackers(open_trackers(config.logger, run_dir, hparams, config, at))
             log.info(plan)
             if process.is_main:  # only rank 0 writes: records, checkpoints, TensorBoard, trackers
-                if trackers:  # the event file joins them once it is open
-                    logger = Loggers(NullLogger(), trackers)
                 runtime = {
                     "device": str(device),
                     "precision_requested": precision.requested,
@@ -240,10 +240,7 @@ def train_in_this_process(
                 refresh_hparams_columns(run_dir)
                 # Events past the checkpoint's step belong to the lost future of the interrupted run.
                 events = TensorBoardLogger(run_dir, purge_step=state.step + 1 if checkpoint else None)
-                if isinstance(logger, Loggers):
-                    logger.main = events
-                else:
-                    logger = events
+                logger = Loggers(events, trackers)
             # Sharded checkpoints are written by every process; plain ones by rank 0.
             if config.checkpoint.enabled and (process.is_main or config.strategy == "fsdp"):
                 checkpointer = make_checkpointer(config, run_dir, stateful, logger, process, {
@@ -254,11 +251,10 @@ def train_in_this_process(
             logger.log_text("run/plan", plan)
 
             def record_end(state: TrainState) -> None:
-                if isinstance(logger, Loggers):
-                    logger.finish("ok" if state.stopped_by_signal is None else "stopped", {
-                        "monitor": config.checkpoint.monitor, "best": state.best_val,
-                        "best_step": state.best_val_step, "step": state.step,
-                    })  # fmt: skip
+                trackers.finish("ok" if state.stopped_by_signal is None else "stopped", {
+                    "monitor": config.checkpoint.monitor, "best": state.best_val,
+                    "best_step": state.best_val_step, "step": state.step,
+                })  # fmt: skip
                 if record is not None and state.stopped_by_signal is None:
                     record.end(ok=True)
                     refresh_hparams_columns(run_dir)
@@ -275,9 +271,9 @@ def train_in_this_process(
         if isinstance(error, WriteError):
             last_good = checkpointer.last_written or (found.path if found else None)
             raised = error.with_advice(resume_advice(error, last_good, run_dir))
-        if isinstance(logger, Loggers):  # the trackers' runs end as failed, if not ended yet
-            with suppress(Exception):  # the event file's error is the one raised (below) already
-                logger.close()
+        with suppress(Exception):  # the event file's error is the one raised (below) already
+            trackers.close()  # the trackers' runs end as failed, if not ended yet
+            logger.close()
         if record is not None:  # the run had started writing: its records say how it ended
             record.end(ok=False)
             refresh_hparams_columns(run_dir)

@@ -13,6 +13,7 @@ tracker run a run directory logs to is kept in ``trackers.json`` beside it, so a
 the same one.
 """
 
+import importlib
 import json
 import logging
 import queue
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 from runner.checkpoint.durable import write_text, writing
 from runner.config.bounded_read import UnreadableFile, read_bounded
 from runner.config.errors import UserError
+from runner.config.trackers import TRACKERS
 from runner.observe.writer import MetricLogger
 
 log = logging.getLogger("runner")
@@ -89,14 +91,14 @@ def open_trackers(
 ) -> list[Tracker]:  # fmt: skip
     """The trackers ``names`` asks for besides TensorBoard, each with its run started (or continued)
     and the config logged. A tracker that cannot start is a ``UserError`` naming it: before training."""
-    wanted = [name for name in names if name != "tensorboard"]
+    wanted = [name for name in names if TRACKERS[name].opens is not None]  # TensorBoard: the event file
     earlier = recorded_trackers(run_dir) if resumed_at is not None and wanted else {}
     opened: list[Tracker] = []
     try:
         for name in wanted:
             section = getattr(settings, name, None)
             start = TrackerStart(run_dir, hparams, section, resumed_at, earlier.get(name, {}))
-            opened.append(OPENERS[name]()(start))
+            opened.append(tracker_class(name)(start))
     except BaseException:
         for tracker in opened:
             tracker.close()
@@ -108,52 +110,28 @@ def open_trackers(
     return opened
 
 
-def _mlflow() -> Callable[[TrackerStart], Tracker]:
-    from runner.observe.mlflow_tracker import MlflowTracker
-
-    return MlflowTracker
-
-
-def _wandb() -> Callable[[TrackerStart], Tracker]:
-    from runner.observe.wandb_tracker import WandbTracker
-
-    return WandbTracker
+def tracker_class(name: str) -> Callable[[TrackerStart], Tracker]:
+    """The class the registry's entry names for ``name``, imported now: only a run that names it pays
+    for its library's import."""
+    module, _, attribute = str(TRACKERS[name].opens).partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
-def _csv() -> Callable[[TrackerStart], Tracker]:
-    from runner.observe.csv_tracker import CsvTracker
+class Trackers:
+    """The trackers a run logs to besides its event file, each call handed on to them, in order, on one
+    thread of their own. A tracker call that has not returned after ``answer_seconds`` (a tracking server
+    that died: its client retries for minutes) no longer holds the run up: waiting for the trackers stops,
+    and they are left out, with one warning. None asked for (``Trackers()``): every call does nothing."""
 
-    return CsvTracker
-
-
-# Imported only when named: mlflow's import alone takes about a second.
-OPENERS: dict[str, Callable[[], Callable[[TrackerStart], Tracker]]] = {
-    "mlflow": _mlflow,
-    "wandb": _wandb,
-    "csv": _csv,
-}
-
-
-class Loggers:
-    """A :class:`MetricLogger` that writes the event file (``main``) and hands every call on to the
-    trackers, in order, on one thread of their own. A tracker call that has not returned after
-    ``answer_seconds`` (a tracking server that died: its client retries for minutes) no longer holds the
-    run up: waiting for the trackers stops, and they are left out, with one warning."""
-
-    def __init__(
-        self, main: MetricLogger, trackers: list[Tracker], answer_seconds: float = ANSWER_SECONDS
-    ) -> None:
-        self.main, self.trackers = main, list(trackers)
-        self.answer_seconds = answer_seconds
+    def __init__(self, trackers: list[Tracker] | None = None, answer_seconds: float = ANSWER_SECONDS) -> None:
+        self.trackers, self.answer_seconds = list(trackers or []), answer_seconds
         self._calls: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
         self._calling: tuple[str, float] | None = None  # the tracker being called, since when (monotonic)
         self._thread = threading.Thread(target=self._run, name="trackers", daemon=True)
-        self._thread.start()
-        self._closed = self._finished = self._left_out = False
-
-    @property
-    def error(self) -> BaseException | None:  # the event file's: a run stops only for its own record
-        return self.main.error
+        self._closed = self._finished = False
+        self._left_out = not self.trackers  # nothing to hand on to
+        if self.trackers:
+            self._thread.start()
 
     def _run(self) -> None:
         while (call := self._calls.get()) is not None:
@@ -176,12 +154,10 @@ class Loggers:
                     self._calling = None
 
     def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
-        self.main.log_scalars(step, scalars)
         if not self._left_out:
             self._calls.put(("log_scalars", (step, dict(scalars))))
 
     def log_text(self, tag: str, text: str) -> None:
-        self.main.log_text(tag, text)
         if not self._left_out:
             self._calls.put(("log_text", (tag, text)))
 
@@ -191,14 +167,11 @@ class Loggers:
         if self._finished or self._closed:
             return
         self._finished = True
-        self._calls.put(("finish", (status, dict(result))))
+        if not self._left_out:
+            self._calls.put(("finish", (status, dict(result))))
         self.flush()
 
     def flush(self) -> None:
-        self.main.flush()
-        self._wait()
-
-    def _wait(self) -> None:
         """Until the trackers have every call made so far, or one call has taken ``answer_seconds``."""
         if self._left_out:
             return
@@ -220,13 +193,43 @@ class Loggers:
         )  # fmt: skip
 
     def close(self) -> None:
-        """The trackers' runs closed (as failed, if the run did not say how it ended), then the event
-        file (which raises a write that failed)."""
-        if not self._closed:
-            self.finish("failed", {})
-            self._closed = True
+        """The trackers' runs closed (as failed, if the run did not say how it ended). Once."""
+        if self._closed:
+            return
+        self.finish("failed", {})
+        self._closed = True
+        if self._thread.is_alive():
             self._calls.put(("close", ()))
-            self._wait()
+            self.flush()
             self._calls.put(None)
             self._thread.join(None if not self._left_out else 0)
+
+
+@dataclass
+class Loggers:
+    """A :class:`MetricLogger` that writes the event file (``main``) and hands every call on to the
+    trackers beside it."""
+
+    main: MetricLogger
+    trackers: Trackers
+
+    @property
+    def error(self) -> BaseException | None:  # the event file's: a run stops only for its own record
+        return self.main.error
+
+    def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+        self.main.log_scalars(step, scalars)
+        self.trackers.log_scalars(step, scalars)
+
+    def log_text(self, tag: str, text: str) -> None:
+        self.main.log_text(tag, text)
+        self.trackers.log_text(tag, text)
+
+    def flush(self) -> None:
+        self.main.flush()
+        self.trackers.flush()
+
+    def close(self) -> None:
+        """The trackers' runs closed, then the event file (which raises a write that failed)."""
+        self.trackers.close()
         self.main.close()
