@@ -11,7 +11,9 @@ that optimizer's update on the window's last micro-batch, where the step calls i
 it does nothing). With ``accumulate=1`` this is the hand-written loop's step exactly.
 """
 
-from collections.abc import Mapping
+import functools
+import operator
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +40,7 @@ class Updates:
 
     norms: dict[str, torch.Tensor] = field(default_factory=dict)
     clipped: dict[str, torch.Tensor] = field(default_factory=dict)
-    applied: dict[str, bool] = field(default_factory=dict)
+    applied: dict[str, bool | torch.Tensor] = field(default_factory=dict)  # a tensor: decided on the device
 
 
 class Step:
@@ -93,7 +95,7 @@ class Step:
         updates = self._updates
         updates.norms[name] = norm
         updates.clipped[name] = norm * (clip / (norm + 1e-6)).clamp(max=1.0) if clip is not None else norm
-        updates.applied[name] = applied and updates.applied.get(name, True)
+        updates.applied[name] = applied & updates.applied.get(name, True)  # on the device: no read
 
 
 def losses_of(returned: Any) -> dict[str, torch.Tensor]:
@@ -157,6 +159,11 @@ def manual_train_step(
     return result_of(learner, named, updates, loss, totals, sum(counts), batch, returned, keep_last)
 
 
+def all_of(applied: Iterable[bool | torch.Tensor]) -> bool | torch.Tensor:
+    """Whether every update applied, without reading a verdict the device holds."""
+    return functools.reduce(operator.and_, applied, True)
+
+
 def combined(norms: Mapping[str, torch.Tensor], device: torch.device) -> torch.Tensor:
     """The norm over every part's gradients, from each part's norm (0 without an update)."""
     if not norms:
@@ -177,7 +184,7 @@ def result_of(
     scalars["train/grad_norm_clipped"] = combined(updates.clipped, learner.device)
     groups = named.param_groups
     return StepResult(
-        loss, combined(updates.norms, learner.device), groups[0]["lr"], all(updates.applied.values()),
+        loss, combined(updates.norms, learner.device), groups[0]["lr"], all_of(updates.applied.values()),
         samples, tuple(group["lr"] for group in groups), float(samples), batch if keep_last else None,
         returned if keep_last else None, scalars,
     )  # fmt: skip

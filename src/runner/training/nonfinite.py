@@ -1,12 +1,14 @@
 """The non-finite guard's bookkeeping: a step it skipped, counted, and the error that ends the run.
 
-With ``on_nonfinite=raise`` (the default, without loss scaling) the guard does not read a norm on every
-step: on a GPU each read makes the host wait for the device. :class:`DeferredGuard` keeps each step's
-norm on the device and reads them together, once, where the loop reads anyway or something would
-keep the weights: at a log step, before a validation, before a checkpoint is saved and at the end. A
-non-finite norm then stops the run there, naming the step it came from; the updates since were applied
-in memory but nothing holding them was logged as a result, validated or saved. ``on_nonfinite=skip``
-and loss scaling read every step's norm, since they must decide that step's update.
+The guard reads no norm on a quiet step: on a GPU each read makes the host wait for the device.
+:class:`DeferredGuard` keeps each step's norm on the device and reads them together, once, where the
+loop reads anyway or something would keep the weights: at a log step, before a validation, before a
+checkpoint is saved and at the end. With ``on_nonfinite=raise`` (without loss scaling) a non-finite
+norm then stops the run there, naming the step it came from; the updates since were applied in memory
+but nothing holding them was logged as a result, validated or saved. With ``on_nonfinite=skip`` (and
+under loss scaling) the step itself skipped the update on the device (``update.py``); the read counts
+the skipped steps (``train/skipped_steps``, as of the log step that shows it) and stops a run at
+``max_nonfinite_in_a_row`` of them, naming the last.
 """
 
 import math
@@ -43,10 +45,13 @@ def last_loss_text(state: TrainState) -> str:
 
 @dataclass
 class DeferredGuard:
-    """Each unchecked step's norm, still on the device, with where it was taken (``on_nonfinite=raise``
-    without loss scaling). ``enabled=False``: the step checks itself (``train_step``), nothing is kept."""
+    """Each unchecked step's norm, still on the device, with where it was taken. ``enabled=False``
+    (``on_nonfinite=off``): nothing is kept. ``raises``: ``on_nonfinite=raise`` without loss scaling,
+    the first non-finite norm ends the run; else each is a skipped step, counted."""
 
     enabled: bool = False
+    raises: bool = True
+    most_in_a_row: int = 5  # skipped steps in a row that end the run
     norms: list[torch.Tensor] = field(default_factory=list)
     places: list[tuple[int, int, int]] = field(default_factory=list)  # (step, epoch, micro-batch)
 
@@ -63,38 +68,48 @@ class DeferredGuard:
         return torch.isfinite(torch.stack(self.norms)).all()
 
     def check(self, state: TrainState, finite: bool | None = None) -> None:
-        """Raise for the first non-finite norm kept (``finite``: ``all_finite()`` as read already);
-        forget them all when every one is finite."""
+        """Count or raise for the non-finite norms kept (``finite``: ``all_finite()`` as read already),
+        in their order; forget them all."""
         if not self.norms:
             return
         if finite is None:
             finite = bool(self.all_finite())
+        norms = [] if finite else torch.stack(self.norms).float().tolist()
+        places = list(self.places)
+        self.norms.clear()
+        self.places.clear()
         if finite:
-            self.norms.clear()
-            self.places.clear()
+            state.nonfinite_in_a_row = 0
             return
-        norms = torch.stack(self.norms).float().tolist()
-        first = next(index for index, norm in enumerate(norms) if not math.isfinite(norm))
-        step, epoch, micro_batch = self.places[first]
-        raise NonFiniteError(
-            f"{where_it_was(norms[first], step, epoch, micro_batch)}; {last_loss_text(state)}; the run "
-            f"stopped at step {state.step}, before anything after step {step - 1} was saved. "
-            f"{ADVICE_NONFINITE}"
-        )
+        for norm, place in zip(norms, places, strict=True):
+            if math.isfinite(norm):
+                state.nonfinite_in_a_row = 0
+            elif self.raises:
+                step, epoch, micro_batch = place
+                raise NonFiniteError(
+                    f"{where_it_was(norm, step, epoch, micro_batch)}; {last_loss_text(state)}; the run "
+                    f"stopped at step {state.step}, before anything after step {step - 1} was saved. "
+                    f"{ADVICE_NONFINITE}"
+                )
+            else:
+                self.count_skipped(state, norm, place)
+
+    def count_skipped(self, state: TrainState, norm: float, place: tuple[int, int, int]) -> None:
+        """A step whose update was skipped; too many in a row end the run. Under loss scaling an
+        overflow is routine (the scaler lowers its scale), and it counts like any other skip."""
+        state.skipped_steps += 1
+        state.nonfinite_in_a_row += 1
+        if state.nonfinite_in_a_row >= self.most_in_a_row:
+            raise NonFiniteError(
+                f"{where_it_was(norm, *place)}: {state.nonfinite_in_a_row} steps in a row skipped; "
+                f"{last_loss_text(state)}. {ADVICE_NONFINITE}"
+            )
 
 
-def count_skipped_step(
-    state: TrainState, settings: LoopSettings, grad_norm: torch.Tensor, scaled: bool
-) -> None:
-    """A step the guard skipped: raise when asked to, or after too many skips in a row. Under loss
-    scaling an overflow is routine (the scaler lowers its scale), and it counts like any other skip."""
-    where = where_it_was(grad_norm.item(), state.step + 1, state.epoch, state.batches_done_in_epoch)
-    last_loss = last_loss_text(state)
-    if settings.on_nonfinite == "raise" and not scaled:
-        raise NonFiniteError(f"{where}; {last_loss}; the update was not applied. {ADVICE_NONFINITE}")
-    state.skipped_steps += 1
-    state.nonfinite_in_a_row += 1
-    if state.nonfinite_in_a_row >= settings.max_nonfinite_in_a_row:
-        raise NonFiniteError(
-            f"{where}: {state.nonfinite_in_a_row} steps in a row skipped; {last_loss}. {ADVICE_NONFINITE}"
-        )
+def guard_for(settings: LoopSettings, scaled: bool) -> DeferredGuard:
+    """The guard ``settings.on_nonfinite`` asks for (``scaled``: under loss scaling)."""
+    return DeferredGuard(
+        enabled=settings.on_nonfinite != "off",
+        raises=settings.on_nonfinite == "raise" and not scaled,
+        most_in_a_row=settings.max_nonfinite_in_a_row,
+    )

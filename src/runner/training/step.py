@@ -71,10 +71,14 @@ class StepResult:
     loss: torch.Tensor  # the window's mean loss
     grad_norm_before_clip: torch.Tensor
     lr: float  # the rate this update used (group 0)
-    applied: bool  # False: a non-finite gradient, the update was skipped
+    # False: a non-finite gradient, the update was skipped; a 0-d tensor where the device decided it
+    # (on_nonfinite=skip, loss scaling: update.py), read only by whoever asks.
+    applied: bool | torch.Tensor
     samples: int  # in the window
     group_lrs: tuple[float, ...] = ()  # every parameter group's rate, when there are several
-    items: float = 1.0  # what ``loss`` averages over (tokens, samples): with several processes, its weight
+    # What ``loss`` averages over (tokens, samples): with several processes, its weight. A tensor where it
+    # was counted on the device (read with the log step's values).
+    items: float | torch.Tensor = 1.0
     # With keep_last: the window's last micro-batch (on the device) and what the model returned for it.
     last_batch: Any = None
     last_outputs: Any = None
@@ -97,9 +101,9 @@ def train_step(
 ) -> StepResult:
     """A hand-written loop's inner loop: forward and backward over the window's micro-batches, each
     loss weighed by its share of the window (``weighing.py``), then one update (``update.py``). With
-    ``check_finite`` a non-finite gradient norm leaves the weights and optimizer as they are (one read
-    of the norm per step). ``keep_last`` returns the last micro-batch and its outputs (for callbacks);
-    off, nothing holds them past the step."""
+    ``check_finite`` a non-finite gradient norm leaves the weights and optimizer as they are, decided on
+    the device (``update.py``: no read). ``keep_last`` returns the last micro-batch and its outputs (for
+    callbacks); off, nothing holds them past the step."""
     if learner.writes_own_step:  # manual_step.py
         return learner.optimizer.train_window(learner, window, clip_norm, check_finite, keep_last)
     model, precision, optimizer = learner.model, learner.precision, learner.optimizer
@@ -141,7 +145,10 @@ def mean_over_processes(result: StepResult, processes: int) -> torch.Tensor:
     by its items; one with none (all padding) adds nothing."""
     if processes == 1:
         return result.loss
-    loss = result.loss.detach().float()
-    weighted = loss * result.items if result.items else torch.zeros_like(loss)
-    totals = sum_across_processes(torch.stack([weighted, torch.full_like(loss, result.items)]))
+    loss, items = result.loss.detach().float(), result.items
+    if isinstance(items, torch.Tensor):  # counted on the device: selected there
+        weighted, items = (loss * items).where(items != 0, 0.0), items.to(loss.dtype).reshape(())
+    else:
+        weighted, items = loss * items if items else torch.zeros_like(loss), torch.full_like(loss, items)
+    totals = sum_across_processes(torch.stack([weighted, items]))
     return totals[0] / totals[1]  # no items anywhere: NaN, as one process logs it
