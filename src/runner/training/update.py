@@ -68,21 +68,25 @@ def step_if_finite(
     the step creates (its first) goes back to zeros, as optimizers start; state kept on another device
     than ``finite`` (Adam's step count on the CPU while the weights are on a GPU) is left as stepped."""
     state = optimizer.state
-    weights = [(weight, weight.detach().clone()) for weight in parameters]
+    weights = [(weight, local(weight).clone()) for weight in parameters]
     had = {id(weight) for weight in parameters if weight in state}
-    kept = [(tensor, tensor.clone()) for weight in parameters if weight in state
+    kept = [(tensor, local(tensor).clone()) for weight in parameters if weight in state
             for tensor in state[weight].values() if isinstance(tensor, torch.Tensor)]  # fmt: skip
     optimizer.step()
-    for weight, before in weights:
-        weight.detach().copy_(torch.where(finite, weight.detach(), before))
-    for tensor, before in kept:
-        if tensor.device == finite.device:
-            tensor.copy_(torch.where(finite, tensor, before))
+    for tensor, before in weights + kept:
+        if before.device == finite.device:
+            local(tensor).copy_(torch.where(finite, local(tensor), before))
     for weight in parameters:
         if id(weight) not in had and weight in state:
             for tensor in state[weight].values():
-                if isinstance(tensor, torch.Tensor) and tensor.device == finite.device:
-                    tensor.copy_(torch.where(finite, tensor, torch.zeros_like(tensor)))
+                if isinstance(tensor, torch.Tensor) and local(tensor).device == finite.device:
+                    local(tensor).copy_(torch.where(finite, local(tensor), 0))
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's shard of a sharded tensor (strategy=fsdp's DTensor, known by ``to_local``), the
+    tensor itself otherwise: detached, so that copying into it changes the tensor."""
+    return (tensor.to_local() if hasattr(tensor, "to_local") else tensor).detach()
 
 
 def global_norm(norm: torch.Tensor) -> torch.Tensor:
