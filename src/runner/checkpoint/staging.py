@@ -69,8 +69,9 @@ class Staging:
             return self._buffer_for(value.detach(), path, pending)
         if isinstance(value, dict):
             return {key: self._walk(item, (*path, key), pending) for key, item in value.items()}
-        if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
-            return type(value)(self._walk(item, (*path, index), pending) for index, item in enumerate(value))
+        if isinstance(value, list | tuple):
+            items = [self._walk(item, (*path, index), pending) for index, item in enumerate(value)]
+            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # a namedtuple
         return value
 
     def _buffer_for(
