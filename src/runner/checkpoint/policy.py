@@ -3,9 +3,9 @@
 Saving pauses the loop only to copy the state, into buffers kept from save to save (``staging.py``:
 pinned, and on a copy stream of its own, on a GPU); the file is written by a background thread. Saves
 of one moment (best.pt and step_N.pt) share one copy, so memory holds one extra copy of the state. A
-new copy waits for the previous writes (they read those buffers), and a save that has to wait says so,
-once. A write that fails (a full disk) is kept and raised at the next save or at close; ``failure()``
-tells the loop without waiting.
+new copy waits for the previous writes (they read those buffers), and a save that waits half a second
+or more says so, once. A write that fails (a full disk) is kept and raised at the next save or at
+close; ``failure()`` tells the loop without waiting.
 """
 
 import copy
@@ -27,6 +27,7 @@ from runner.checkpoint.state import TrainState
 
 log = logging.getLogger("runner")
 PERIODIC_NAME = re.compile(r"step_(\d+)\.pt")
+WAIT_WORTH_SAYING = 0.5  # seconds a save waits for the previous write before it says so
 
 
 def snapshot(value: Any) -> Any:
@@ -179,8 +180,7 @@ class PeriodicCheckpointer(SaveCadence):
         started = time.perf_counter()
         if state != self._snapshot_of:  # best.pt and step_N.pt of one moment share one copy
             self.before_save()
-            self.say_it_waits(state)
-            self.wait()
+            self.wait_for_the_writes(state)
             self._snapshot = self._staging.copy(self.payload(state))
             self._snapshot_of = copy.deepcopy(state)
         path = self.folder / name
@@ -188,17 +188,21 @@ class PeriodicCheckpointer(SaveCadence):
         self.save_seconds.append(time.perf_counter() - started)
         return path
 
-    def say_it_waits(self, state: TrainState) -> None:
-        """A save that comes before the previous write ended waits for it (the copy reuses the buffers
-        that write reads): the loop's pause then is the write's. Said once per run, with the fix."""
-        if self._said_it_waits or all(future.done() for future in self._in_flight):
-            return
-        self._said_it_waits = True
-        log.warning(
-            "checkpoint: the save at step %d waits for the previous one's write to end (the loop pauses "
-            "meanwhile); save less often (checkpoint.every_n_steps) or to a faster disk (said once)",
-            state.step,
-        )
+    def wait_for_the_writes(self, state: TrainState) -> None:
+        """Before a new copy: the previous writes read the buffers it fills. A wait long enough to matter
+        (the loop pauses for it) is said once per run, with the fix."""
+        started = time.perf_counter()
+        self.wait()
+        waited = time.perf_counter() - started
+        if waited >= WAIT_WORTH_SAYING and not self._said_it_waits:
+            self._said_it_waits = True
+            log.warning(
+                "checkpoint: the save at step %d waited %.1f s for the previous one's write to end (the "
+                "loop paused meanwhile); save less often (checkpoint.every_n_steps) or to a faster disk "
+                "(said once)",
+                state.step,
+                waited,
+            )
 
     def close(self) -> None:
         """However the run ends (an error included), the saves already begun are finished."""
