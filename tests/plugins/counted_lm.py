@@ -20,3 +20,13 @@ class CountedCausalLM(TinyCausalLM):
         output = super().forward(input_ids, attention_mask, labels)
         items = None if labels is None else (labels[:, 1:] != IGNORE_INDEX).sum()
         return CountedOutput(output.logits, output.loss, items)
+
+
+class CountedAsNumber(TinyCausalLM):
+    """The same count as a Python number (a model that counts its labels on the host): runner must
+    not make a device tensor of it, a blocking copy per micro-batch on a GPU."""
+
+    def forward(self, input_ids, attention_mask=None, labels=None) -> CountedOutput:
+        output = super().forward(input_ids, attention_mask, labels)
+        items = None if labels is None else int((labels[:, 1:] != IGNORE_INDEX).sum())
+        return CountedOutput(output.logits, output.loss, items)

@@ -1,9 +1,11 @@
 """Checkpoint policy: when to save, what to keep. The engine calls it at fixed points; it decides.
 
-Saving pauses the loop only to copy the state; the file is written by a background thread. Saves
-of one moment (best.pt and step_N.pt) share one copy, and a new copy waits for the previous writes,
-so memory holds at most one extra copy of the state. A write that fails (a full disk) is kept and
-raised at the next save or at close; ``failure()`` tells the loop without waiting.
+Saving pauses the loop only to copy the state, into buffers kept from save to save (``staging.py``:
+pinned, and on a copy stream of its own, on a GPU); the file is written by a background thread. Saves
+of one moment (best.pt and step_N.pt) share one copy, so memory holds one extra copy of the state. A
+new copy waits for the previous writes (they read those buffers), and a save that waits half a second
+or more says so, once. A write that fails (a full disk) is kept and raised at the next save or at
+close; ``failure()`` tells the loop without waiting.
 """
 
 import copy
@@ -20,10 +22,12 @@ import torch
 
 from runner.checkpoint.durable import remove_stale_temporaries, writing
 from runner.checkpoint.files import atomic_save
+from runner.checkpoint.staging import Staged, Staging
 from runner.checkpoint.state import TrainState
 
 log = logging.getLogger("runner")
 PERIODIC_NAME = re.compile(r"step_(\d+)\.pt")
+WAIT_WORTH_SAYING = 0.5  # seconds a save waits for the previous write before it says so
 
 
 def snapshot(value: Any) -> Any:
@@ -160,9 +164,11 @@ class PeriodicCheckpointer(SaveCadence):
     last_written: Path | None = None  # set by the background thread once a file is in place
     _writer: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=1))
     _in_flight: list[Future] = field(default_factory=list)
-    _snapshot: dict[str, Any] = field(default_factory=dict)
+    _staging: Staging = field(default_factory=Staging)
+    _snapshot: Staged = field(default_factory=lambda: Staged({}))
     _snapshot_of: TrainState | None = None
     _failure: BaseException | None = None
+    _said_it_waits: bool = False
 
     def __post_init__(self) -> None:
         """The run starts writing here: what an earlier process killed mid-save left is removed."""
@@ -174,13 +180,29 @@ class PeriodicCheckpointer(SaveCadence):
         started = time.perf_counter()
         if state != self._snapshot_of:  # best.pt and step_N.pt of one moment share one copy
             self.before_save()
-            self.wait()
-            self._snapshot = snapshot(self.payload(state))
+            self.wait_for_the_writes(state)
+            self._snapshot = self._staging.copy(self.payload(state))
             self._snapshot_of = copy.deepcopy(state)
         path = self.folder / name
         self._in_flight.append(self._writer.submit(self._write, self._snapshot, path, prune))
         self.save_seconds.append(time.perf_counter() - started)
         return path
+
+    def wait_for_the_writes(self, state: TrainState) -> None:
+        """Before a new copy: the previous writes read the buffers it fills. A wait long enough to matter
+        (the loop pauses for it) is said once per run, with the fix."""
+        started = time.perf_counter()
+        self.wait()
+        waited = time.perf_counter() - started
+        if waited >= WAIT_WORTH_SAYING and not self._said_it_waits:
+            self._said_it_waits = True
+            log.warning(
+                "checkpoint: the save at step %d waited %.1f s for the previous one's write to end (the "
+                "loop paused meanwhile); save less often (checkpoint.every_n_steps) or to a faster disk "
+                "(said once)",
+                state.step,
+                waited,
+            )
 
     def close(self) -> None:
         """However the run ends (an error included), the saves already begun are finished."""
@@ -199,11 +221,12 @@ class PeriodicCheckpointer(SaveCadence):
         """The error of a save that has already failed; saves still running are not waited for."""
         return self._failure
 
-    def _write(self, payload: dict[str, Any], path: Path, prune: bool) -> None:
+    def _write(self, staged: Staged, path: Path, prune: bool) -> None:
         started = time.perf_counter()
         try:
+            staged.ready()  # a GPU's part copied (its own stream)
             with writing(path):
-                atomic_save(payload, path)
+                atomic_save(staged.value, path)
             self.last_written = path
             if prune:
                 with writing(self.folder):

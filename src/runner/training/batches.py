@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from runner.config.errors import UserError
+from runner.training.device import host_number
 from runner.training.item_counts import checked_count
 
 ACCEPTED = (
@@ -193,11 +194,12 @@ def loss_name(loss_fn: Callable) -> str:
     return type(loss_fn).__name__ if not isinstance(loss_fn, ModelLoss) else "from_model"
 
 
-def loss_items(batch: Any, loss_fn: Callable, target_key: str = "labels") -> int | float:
+def loss_items(batch: Any, loss_fn: Callable, target_key: str = "labels") -> int | float | torch.Tensor:
     """How many items the loss over ``batch`` averages, read from the batch before the model runs (the
     step weights each micro-batch by it): :func:`loss_elements` of the targets, which for
     ``loss=from_model`` are a mapping's labels (those not -100 that its loss scores:
-    :func:`scored_targets`)."""
+    :func:`scored_targets`). Counted where the batch is: a batch in host memory (the data loader's)
+    gives a number, one a data set put on the device a 0-d tensor there, read at the next log step."""
     samples = count_samples(batch, target_key)
     mapping = as_mapping(batch)
     if is_pair(batch) and not isinstance(loss_fn, ModelLoss):
@@ -207,7 +209,7 @@ def loss_items(batch: Any, loss_fn: Callable, target_key: str = "labels") -> int
     else:  # a model's own loss on a tuple or a tensor: it says its count in its output, or samples
         targets = None
     count = loss_elements(loss_fn, scored_targets(batch, targets, loss_fn), samples)
-    return count.item() if isinstance(count, torch.Tensor) else count
+    return host_number(count) if isinstance(count, torch.Tensor) else count
 
 
 def scored_targets(batch: Any, targets: Any, loss_fn: Callable) -> Any:

@@ -1,5 +1,6 @@
 """Device choice: the usual habit (cuda, else mps, else cpu), and no silent fallback when a
-device is asked for explicitly. Numbers come back from the device in one read (:func:`to_floats`)."""
+device is asked for explicitly. Numbers come back from the device in one read (:func:`to_floats`);
+a count in host memory is read there (:func:`host_number`), one on a device stays there."""
 
 from collections.abc import Mapping
 
@@ -51,3 +52,15 @@ def to_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
         read = torch.stack([values[name].detach().float() for name in names]).tolist()
     floats = dict(zip(names, read, strict=True))
     return {name: floats.get(name, value) for name, value in values.items()}
+
+
+def host_number(value: torch.Tensor) -> int | float | torch.Tensor:
+    """A 0-d tensor in host memory as a Python number, read through numpy's view of that memory (no
+    copy, no wait for any device, no torch operator); a tensor on a device is returned as it is: a
+    read there would make the host wait for the device (it waits for the next log step)."""
+    if value.device.type != "cpu":
+        return value
+    try:
+        return value.detach().numpy().item()
+    except TypeError:  # a dtype numpy lacks (bfloat16): a host read all the same
+        return value.item()

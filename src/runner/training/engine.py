@@ -28,7 +28,7 @@ from runner.training.device import to_floats
 from runner.training.epochs import Loaders, first_epoch_batches
 from runner.training.metrics import unlogged_metrics_warning
 from runner.training.modes import set_apart, start_training
-from runner.training.nonfinite import DeferredGuard, count_skipped_step
+from runner.training.nonfinite import DeferredGuard, guard_for
 from runner.training.oom import OutOfMemoryStop, evaluate_within_memory, step_within_memory
 from runner.training.plan import LoopSettings, planned_steps
 from runner.training.schedules import Schedule
@@ -82,14 +82,14 @@ def step_scalars(
         scalars[f"train/lr/{name}"] = lr
     if learner.precision.scaler.is_enabled():
         scalars["train/loss_scale"] = learner.precision.scaler.get_scale()
-    if state.skipped_steps or settings.on_nonfinite == "skip":
-        scalars["train/skipped_steps"] = state.skipped_steps
     scalars.update(result.scalars)  # a step the model writes: its losses, each optimizer's norms
     if (finite := guard.all_finite()) is not None:
         scalars[ALL_FINITE] = finite
     scalars = to_floats(scalars)
     if ALL_FINITE in scalars:
         guard.check(state, finite=bool(scalars.pop(ALL_FINITE)))
+    if state.skipped_steps or settings.on_nonfinite == "skip":  # as of this step: the guard has counted
+        scalars["train/skipped_steps"] = state.skipped_steps
     scalars.setdefault(
         "train/grad_norm_clipped", clipped_norm(scalars["train/grad_norm"], settings.clip_norm)
     )
@@ -142,9 +142,9 @@ def validate(
 
 
 def defers_the_guard(learner: Learner, settings: LoopSettings) -> bool:
-    """``on_nonfinite=raise`` decides nothing about the step itself: its norms can wait for the next read.
-    Under loss scaling (the scaler reads every step anyway) and in a step the model writes (the guard
-    names the optimizer there) each step checks its own."""
+    """``on_nonfinite=raise`` decides nothing about the step itself: its update is applied, its norm read
+    with the next read. Under loss scaling and in a step the model writes (a non-finite part's update
+    must not apply while the others' do) the step skips a non-finite update on the device (update.py)."""
     scaled = learner.precision.scaler.is_enabled()
     return settings.on_nonfinite == "raise" and not scaled and not learner.writes_own_step
 
@@ -174,9 +174,10 @@ def fit(
 
     context = Context(learner.plain_model, learner.optimizer, log_scalar, state.step, state.epoch)
     step_callbacks = hooks.callbacks.has("on_step_end")
-    # on_nonfinite=raise reads the norms where the loop reads anyway (nonfinite.py), not every step.
-    guard = DeferredGuard(enabled=defers_the_guard(learner, settings))
-    check_each_step = settings.on_nonfinite != "off" and not guard.enabled
+    # The guard reads the norms where the loop reads anyway (nonfinite.py), not every step; a step that
+    # must not apply a non-finite update skips it on the device (update.py).
+    check_each_step = settings.on_nonfinite != "off" and not defers_the_guard(learner, settings)
+    guard = guard_for(settings, learner.precision.scaler.is_enabled(), skips_on_device=check_each_step)
     carried = carried_state_of(learner.plain_model)  # a model's state from batch to batch (carried.py)
 
     def validate_once(on_cadence: bool = True) -> bool | None:
@@ -238,13 +239,8 @@ def fit(
                         keep_last=step_callbacks,
                     ),
                 )  # fmt: skip
-                guard.keep(result.grad_norm_before_clip, state)
-                if result.applied:
-                    state.nonfinite_in_a_row = 0
-                    schedule.after_step(state.step + 1)
-                else:
-                    scaled, nonfinite_loss = learner.precision.scaler.is_enabled(), result.nonfinite_loss
-                    count_skipped_step(state, settings, result.grad_norm_before_clip, scaled, nonfinite_loss)
+                guard.keep(result.grad_norm_before_clip, state, result.returned_losses)  # counted at its read
+                schedule.after_step(state.step + 1)
                 state.step += 1
                 state.batches_done_in_epoch += len(window)
                 samples_since_log += result.samples

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from runner.config.errors import UserError
+from runner.training.device import host_number
 
 MOST_ITEMS = 2**53  # past this a float count is no longer exact; no batch holds as many items
 
@@ -34,7 +35,7 @@ def checked_count(items: int | float | torch.Tensor, read_device: bool = False) 
             raise wrong(f"a {str(items.dtype).removeprefix('torch.')} tensor", "not a count")
         if items.device.type != "cpu" and not read_device:
             return items
-        value: Any = items.item()
+        value: Any = host_number(items) if items.device.type == "cpu" else items.item()
     else:
         value = items
     if not math.isfinite(value) or not 0 <= value < MOST_ITEMS:

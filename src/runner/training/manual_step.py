@@ -13,8 +13,10 @@ last would apply nothing for that optimizer, and is refused. With ``accumulate=1
 hand-written loop's step exactly.
 """
 
+import functools
 import inspect
-from collections.abc import Mapping
+import operator
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +26,7 @@ from runner.config.errors import UserError
 from runner.training.batches import count_samples, to_device
 from runner.training.distributed import average_gradients, broadcast_from_first
 from runner.training.named_optimizers import NamedOptimizers
-from runner.training.step import Learner, StepResult
+from runner.training.step import Learner, ReturnedLosses, StepResult
 from runner.training.update import update
 from runner.training.weighing import sample_shares, summed
 
@@ -72,7 +74,7 @@ class Updates:
 
     norms: dict[str, torch.Tensor] = field(default_factory=dict)
     clipped: dict[str, torch.Tensor] = field(default_factory=dict)
-    applied: dict[str, bool] = field(default_factory=dict)
+    applied: dict[str, bool | torch.Tensor] = field(default_factory=dict)  # a tensor: decided on the device
 
 
 class Step:
@@ -128,7 +130,7 @@ class Step:
         updates = self._updates
         updates.norms[name] = norm
         updates.clipped[name] = norm * (clip / (norm + 1e-6)).clamp(max=1.0) if clip is not None else norm
-        updates.applied[name] = applied and updates.applied.get(name, True)
+        updates.applied[name] = applied & updates.applied.get(name, True)  # on the device: no read
 
 
 def losses_of(returned: Any) -> dict[str, torch.Tensor]:
@@ -159,14 +161,6 @@ def losses_of(returned: Any) -> dict[str, torch.Tensor]:
             f"must return {allowed}, among them {NO_GRADIENT}"
         )
     return {name: value.detach() for name, value in named.items()}
-
-
-def nonfinite_losses(totals: Mapping[str, torch.Tensor]) -> str:
-    """The returned losses that are NaN or Inf (``loss_d nan``), empty when all are finite: one read
-    of the window's losses together (a step the model writes reads each update's norm already)."""
-    if bool(torch.isfinite(torch.stack([value.float() for value in totals.values()])).all()):
-        return ""
-    return ", ".join(f"{name} {float(value)}" for name, value in totals.items() if not value.isfinite())
 
 
 def check_updates_applied(model: torch.nn.Module, step: "Step", window: int, updates: Updates) -> None:
@@ -233,17 +227,21 @@ def manual_train_step(
         names = list(totals)
         means = summed(torch.stack([totals[name] for name in names]), processes)
         totals = dict(zip(names, means, strict=True))
-    # A non-finite loss beside finite updates: the guard (on_nonfinite) decides, as for a non-finite norm.
-    nonfinite = nonfinite_losses(totals) if check_finite else ""
     scaler = learner.precision.scaler
     if scaler.is_enabled() and updates.norms:
         scaler.update()
     named.zero_grad(set_to_none=True)  # what a backward left on parts no update cleared
     loss = totals["loss"] if "loss" in totals else sum(totals.values())
     result = result_of(learner, named, updates, loss, totals, sum(counts), batch, returned, keep_last)
-    if nonfinite and result.applied:  # a skipped update says its non-finite gradient
-        result.applied, result.nonfinite_loss = False, nonfinite
+    if check_finite:  # a NaN or Inf loss beside finite updates: the guard decides at its read, as for a norm
+        values = torch.stack([value.float() for value in totals.values()])
+        result.returned_losses = ReturnedLosses(tuple(totals), values)
     return result
+
+
+def all_of(applied: Iterable[bool | torch.Tensor]) -> bool | torch.Tensor:
+    """Whether every update applied, without reading a verdict the device holds."""
+    return functools.reduce(operator.and_, applied, True)
 
 
 def combined(norms: Mapping[str, torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -266,7 +264,7 @@ def result_of(
     scalars["train/grad_norm_clipped"] = combined(updates.clipped, learner.device)
     groups = named.param_groups
     return StepResult(
-        loss, combined(updates.norms, learner.device), groups[0]["lr"], all(updates.applied.values()),
+        loss, combined(updates.norms, learner.device), groups[0]["lr"], all_of(updates.applied.values()),
         samples, tuple(group["lr"] for group in groups), float(samples), batch if keep_last else None,
         returned if keep_last else None, scalars,
     )  # fmt: skip

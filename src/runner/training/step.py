@@ -64,6 +64,14 @@ class Learner:
         return getattr(self.optimizer, "train_window", None) is not None
 
 
+@dataclass(frozen=True)
+class ReturnedLosses:
+    """The window's losses a model's own step returned, by name, on the device until the guard reads."""
+
+    names: tuple[str, ...]
+    values: torch.Tensor  # one float per name
+
+
 @dataclass
 class StepResult:
     """Tensors stay on the device: reading them is a host sync, left to the log steps."""
@@ -71,15 +79,20 @@ class StepResult:
     loss: torch.Tensor  # the window's mean loss
     grad_norm_before_clip: torch.Tensor
     lr: float  # the rate this update used (group 0)
-    applied: bool  # False: a non-finite gradient, the update was skipped
+    # False: a non-finite gradient, the update was skipped; a 0-d tensor where the device decided it
+    # (on_nonfinite=skip, loss scaling: update.py), read only by whoever asks.
+    applied: bool | torch.Tensor
     samples: int  # in the window
     group_lrs: tuple[float, ...] = ()  # every parameter group's rate, when there are several
-    items: float = 1.0  # what ``loss`` averages over (tokens, samples): with several processes, its weight
+    # What ``loss`` averages over (tokens, samples): with several processes, its weight. A tensor where it
+    # was counted on the device (read with the log step's values).
+    items: float | torch.Tensor = 1.0
     # With keep_last: the window's last micro-batch (on the device) and what the model returned for it.
     last_batch: Any = None
     last_outputs: Any = None
     scalars: dict[str, Any] = field(default_factory=dict)  # more to log (a step the model writes)
-    nonfinite_loss: str = ""  # a step the model writes returned these losses NaN or Inf (``loss_d nan``)
+    # A step the model writes, checked for non-finite values: the losses it returned (the guard reads them).
+    returned_losses: "ReturnedLosses | None" = None
 
 
 def accumulation_windows(batches: Iterable, micro_batches_per_step: int) -> Iterator[list]:
@@ -98,9 +111,9 @@ def train_step(
 ) -> StepResult:
     """A hand-written loop's inner loop: forward and backward over the window's micro-batches, each
     loss weighed by its share of the window (``weighing.py``), then one update (``update.py``). With
-    ``check_finite`` a non-finite gradient norm leaves the weights and optimizer as they are (one read
-    of the norm per step). ``keep_last`` returns the last micro-batch and its outputs (for callbacks);
-    off, nothing holds them past the step."""
+    ``check_finite`` a non-finite gradient norm leaves the weights and optimizer as they are, decided on
+    the device (``update.py``: no read). ``keep_last`` returns the last micro-batch and its outputs (for
+    callbacks); off, nothing holds them past the step."""
     if learner.writes_own_step:  # manual_step.py
         return learner.optimizer.train_window(learner, window, clip_norm, check_finite, keep_last)
     model, precision, optimizer = learner.model, learner.precision, learner.optimizer
@@ -142,7 +155,10 @@ def mean_over_processes(result: StepResult, processes: int) -> torch.Tensor:
     by its items; one with none (all padding) adds nothing."""
     if processes == 1:
         return result.loss
-    loss = result.loss.detach().float()
-    weighted = loss * result.items if result.items else torch.zeros_like(loss)
-    totals = sum_across_processes(torch.stack([weighted, torch.full_like(loss, result.items)]))
+    loss, items = result.loss.detach().float(), result.items
+    if isinstance(items, torch.Tensor):  # counted on the device: selected there
+        weighted, items = (loss * items).where(items != 0, 0.0), items.to(loss.dtype).reshape(())
+    else:
+        weighted, items = loss * items if items else torch.zeros_like(loss), torch.full_like(loss, items)
+    totals = sum_across_processes(torch.stack([weighted, items]))
     return totals[0] / totals[1]  # no items anywhere: NaN, as one process logs it

@@ -1,6 +1,6 @@
 """Validation: the mean loss and every metric, under ``eval()`` and no_grad, over every process's
 shard. The loss is the mean over what the loss averages over (tokens, for sequences), not over
-batches or samples."""
+batches or samples. The sums stay on the device until the pass's end, read there once."""
 
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -29,6 +29,8 @@ from runner.training.modes import evaluation_mode
 from runner.training.precision import Precision
 from runner.training.random_state import kept_random_state
 from runner.training.reduction import sums_its_loss
+
+ELEMENTS = "the items the loss averaged over"  # read with the values, never logged
 
 
 def improves(value: float, best: float | None, mode: str, min_delta: float = 0.0) -> bool:
@@ -79,20 +81,25 @@ def evaluate(
             # A batch whose targets are all ignored (all padding) has no items: its own mean is 0/0
             # (NaN), and it adds nothing to the mean over the items of the others.
             weighted = result.loss.float() if sums else result.loss.float() * count
-            loss_sum += weighted.where(torch.as_tensor(count, device=device) != 0, 0.0)
+            has_items = count != 0  # a count on the device is compared there: no read, no copy
+            if isinstance(has_items, torch.Tensor):
+                loss_sum += weighted.where(has_items, 0.0)
+            elif has_items:
+                loss_sum += weighted
             elements = elements + count  # class weights make it a float
             logits = logits_of(result.outputs)
             if logits is not None and isinstance(result.targets, torch.Tensor):
                 for metric in batch_metrics.values():
                     metric.update(logits, result.targets)
     loss_sum, elements = sum_across_processes(loss_sum), sum_across_processes(elements)
-    if said:  # counts the model said: none at all is no mean
-        check_counted(float(elements))
     values = {"val/loss": loss_sum / elements.where(elements > 0, torch.ones_like(elements))}
     for name, metric in batch_metrics.items():
         if (value := metric.compute()) is not None:
             values[f"val/{name}"] = value
-    values = to_floats(values)  # one read of everything from the device
+    values = to_floats({**values, ELEMENTS: elements})  # one read of everything from the device
+    if said:  # counts the model said: none at all is no mean
+        check_counted(values[ELEMENTS])
+    del values[ELEMENTS]
     for name, metric in metrics.items():
         if uses_loss(metric):
             values[f"val/{name}"] = metric.from_validation_loss(values["val/loss"])

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from runner.training.batches import count_samples
+from runner.training.device import host_number
 from runner.training.distributed import sum_across_processes
 from runner.training.memory_agreement import Agreement
 from runner.training.reduction import sums_its_loss
@@ -43,12 +44,14 @@ class WindowWeights:
     sums: bool  # a summed loss: each micro-batch's sum as it is, times the process count
     weighed: bool  # False: one micro-batch on one process, nothing counted
     samples: int
-    items: list[int | float]  # what each micro-batch's loss averages over, as the batches count it
-    all_items: int | float  # over the window and every process
-    shares: list[float]
+    # What each micro-batch's loss averages over, as the batches count it: numbers, or 0-d tensors on the
+    # device where a data set yields device tensors (read at a log step, never on a quiet one).
+    items: list[int | float | torch.Tensor]
+    all_items: int | float | torch.Tensor  # over the window and every process
+    shares: list[float | torch.Tensor]
     agree: Callable[[], None]  # before the window's first collective (memory_agreement.py)
-    said: list[torch.Tensor] = field(default_factory=list)  # the items a model with its own loss says
-    reference: torch.Tensor | None = None  # what every process weighs the items said against
+    said: list[int | float | torch.Tensor] = field(default_factory=list)  # the items a model says
+    reference: float | torch.Tensor | None = None  # what every process weighs the items said against
     losses: list[torch.Tensor] = field(default_factory=list)
     weighted_losses: list[torch.Tensor] = field(default_factory=list)
 
@@ -61,47 +64,55 @@ class WindowWeights:
         process), and :meth:`rescale` finishes the gradients once the window's count is known."""
         said = self.said
         if self.weighed and (said or (index == 0 and told is not None)):
-            said.append(torch.as_tensor(self.items[index] if told is None else told, device=self.device))
+            said.append(self.items[index] if told is None else told)  # a number, or where it was made
             if index == 0:  # what every process weighs its micro-batches against: the same number,
                 # any but 0 (a first micro-batch of padding alone says 0): the rescale cancels it.
                 # Then a micro-batch's items as the batches count them, so that no weight is far
                 # from 1 (under fp16 loss scaling a large one would overflow the gradients).
                 self.agree()
-                reference = summed(said[0].float(), self.processes)
-                typical = max(self.all_items / len(self.items), 1)
-                self.reference = reference.where(reference != 0, typical)
+                typical = self.all_items / len(self.items)
+                typical = typical.clamp(min=1) if isinstance(typical, torch.Tensor) else max(typical, 1)
+                self.reference = or_else(all_processes(as_float(said[0]), self.processes), typical)
+        share = self.shares[index]
         if said:
             alone = index == 0 and self.processes == 1
-            weighted = loss if alone else loss * (said[-1].float() / self.reference)
+            weighted = loss if alone else loss * (as_float(said[-1]) / self.reference)
+        elif isinstance(share, torch.Tensor):  # counted on the device
+            weighted = loss * share.to(loss.dtype)
         else:
-            weighted = loss * self.shares[index] if self.shares[index] != 1.0 else loss
+            weighted = loss * share if share != 1.0 else loss
         detached = loss.detach()
         self.losses.append(detached)
         self.weighted_losses.append(detached if weighted is loss else weighted.detach())
         return weighted
 
-    def rescale(self) -> float | None:
+    def rescale(self) -> float | torch.Tensor | None:
         """What the unscaled gradients are multiplied by where a model said its items (None: nothing).
         They hold each micro-batch's gradient times its items over ``reference``, averaged over the
         processes; times the process count and ``reference`` over every process's items, they are the
-        gradient of the mean over all those items. One collective with several processes."""
+        gradient of the mean over all those items. One collective with several processes; a tensor
+        where a count was one (on the device: no read)."""
         if not self.said or (self.processes == 1 and len(self.said) == 1):
             return None
-        total = summed(torch.stack(self.said).float().sum(), self.processes)
-        return float(self.reference * self.processes / total.clamp(min=1))  # sharded gradients take a number
+        total = all_processes(sum(as_float(count) for count in self.said), self.processes)
+        total = total.clamp(min=1) if isinstance(total, torch.Tensor) else max(total, 1)
+        return self.reference * self.processes / total
 
-    def window_loss(self) -> tuple[torch.Tensor, float]:
+    def window_loss(self) -> tuple[torch.Tensor, float | torch.Tensor]:
         """This process's mean over its window's items, and their count (the log step averages it over
         every process's items). A micro-batch with no items (every target ignored) adds nothing: its own
-        mean is 0/0, its gradient zero. A summed loss: per sample."""
+        mean is 0/0, its gradient zero. A summed loss: per sample. Counts on the device are summed
+        there (:func:`device_window_loss`)."""
         losses = self.losses
         if self.sums:
             return torch.stack(losses).sum() / self.samples, float(self.samples)
-        counts = [float(count) for count in self.said] if self.said else self.items
-        kept = [index for index, count in enumerate(counts) if count] or list(range(len(losses)))
+        counts = self.said if self.said else self.items
         if len(losses) == 1:
-            window_loss = losses[0]
-        elif not self.said and self.processes == 1:  # the shares are this window's: the mean is their sum
+            return losses[0], as_float(counts[0])
+        if any(isinstance(count, torch.Tensor) for count in counts):
+            return device_window_loss(losses, counts)
+        kept = [index for index, count in enumerate(counts) if count] or list(range(len(losses)))
+        if not self.said and self.processes == 1:  # the shares are this window's: the mean is their sum
             window_loss = sum(self.weighted_losses[index] for index in kept)
         else:
             total = sum(counts[index] for index in kept) or 1
@@ -109,7 +120,42 @@ class WindowWeights:
         return window_loss, float(sum(counts[index] for index in kept))
 
 
-def window_weights(learner: Weighed, window: list, count: Callable[..., int | float]) -> WindowWeights:
+def device_window_loss(
+    losses: list[torch.Tensor], counts: list[int | float | torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:meth:`WindowWeights.window_loss` where a count is a tensor: the same mean, decided on the device
+    (a micro-batch with no items selected away, not skipped by a read)."""
+    like = next(count for count in counts if isinstance(count, torch.Tensor)).float()
+    stacked = torch.stack([as_float(count) if isinstance(count, torch.Tensor)
+                           else torch.full_like(like, count) for count in counts])  # fmt: skip
+    kept = stacked != 0
+    kept = kept | ~kept.any()  # none has items: every one (the loss is NaN, as one process logs it)
+    items = (stacked * kept).sum()
+    total = items.where(items != 0, 1.0)
+    window_loss = sum(
+        torch.where(kept[index], losses[index].float() * (stacked[index] / total), 0.0)
+        for index in range(len(losses))
+    )
+    return window_loss, items
+
+
+def as_float(count: int | float | torch.Tensor) -> float | torch.Tensor:
+    return count.float() if isinstance(count, torch.Tensor) else float(count)
+
+
+def or_else(value: float | torch.Tensor, fallback: float | torch.Tensor) -> float | torch.Tensor:
+    """``value``, or ``fallback`` where it is 0: selected on the device where either is a tensor."""
+    if isinstance(value, torch.Tensor):
+        fallback = fallback.to(value.dtype) if isinstance(fallback, torch.Tensor) else fallback
+        return value.where(value != 0, fallback)
+    if isinstance(fallback, torch.Tensor):
+        return fallback.new_full((), value) if value != 0 else fallback
+    return value if value != 0 else fallback
+
+
+def window_weights(
+    learner: Weighed, window: list, count: Callable[..., int | float | torch.Tensor]
+) -> WindowWeights:
     """The weights of ``window``'s micro-batches, counted before any runs; ``count(batch, loss_fn,
     target_key)``: what a micro-batch's loss averages over (``batches.loss_items``)."""
     processes = learner.processes
@@ -133,19 +179,33 @@ def sample_shares(samples: list[int], processes: int) -> list[float]:
     return item_shares(samples, all_processes(sum(samples), processes), processes)
 
 
-def item_shares(items: list[int | float], all_items: int | float, processes: int) -> list[float]:
+def item_shares(
+    items: list[int | float | torch.Tensor], all_items: int | float | torch.Tensor, processes: int
+) -> list[float | torch.Tensor]:
     """Each micro-batch's weight: its items times the process count over every process's items (with
     one process, over the window's). Whole numbers divided once: the correctly rounded ratio, so
-    counts proportional to the samples weigh exactly as samples do, and equal processes as one."""
+    counts proportional to the samples weigh exactly as samples do, and equal processes as one.
+    Counts on the device (a data set that yields device tensors) are divided there, in float64."""
+    if isinstance(all_items, torch.Tensor):
+        total = all_items.to(wide_float(all_items.device))
+        total = total.where(total != 0, 1.0)
+        return [count * processes / total for count in items]
     return [count * processes / (all_items or 1) for count in items]
 
 
-def all_processes(count: int | float, processes: int) -> int | float:
-    """The sum of ``count`` over every process (one small collective on the CPU); itself with one."""
+def wide_float(device: torch.device) -> torch.dtype:
+    return torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+
+
+def all_processes(count: int | float | torch.Tensor, processes: int) -> int | float | torch.Tensor:
+    """The sum of ``count`` over every process (one small collective: on the CPU for a number, on the
+    device for a tensor); itself with one."""
     if processes == 1:
         return count
+    if isinstance(count, torch.Tensor):
+        return summed(count, processes)
     dtype = torch.int64 if isinstance(count, int) else torch.float64
-    return sum_across_processes(torch.tensor(count, dtype=dtype)).item()
+    return host_number(sum_across_processes(torch.tensor(count, dtype=dtype)))
 
 
 def summed(value: torch.Tensor, processes: int) -> torch.Tensor:
