@@ -44,7 +44,11 @@ pytestmark = pytest.mark.slow  # real subprocesses: the process is the point
         ("model=null", "model=null: model must name one of its options: char_rnn, char_transformer, cnn,"),
         ("hydra/launcher=null", "hydra/launcher=null: a config group takes one of its options, not null; "),
         ("-m seed=1,2 --cfg job", "--cfg and --multirun: give one of them"),
-        ("trainer.max_step=5", "trainer.max_step=5: trainer has no key max_step; its keys: max_steps,"),
+        (
+            "trainer.max_step=5",
+            "trainer.max_step=5: trainer has no key max_step; did you mean trainer.max_steps? "
+            "its keys: max_steps,",
+        ),
         ("model.hiden=5", "model.hiden: model has no key hiden; did you mean model.hidden (an argument of "),
         ("~clip", "~clip: clip is one of runner's settings and cannot be deleted; set it instead"),
         ("optimizer.lr=inf", "optimizer.lr=inf is not allowed; optimizer.lr must be a finite number >= 0"),
