@@ -13,16 +13,15 @@ others where they ask, and all split at the same step. With ``strategy=fsdp`` (i
 are inside the forward, where one process cannot leave) it still stops, in one line.
 """
 
-import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 
 from runner.checkpoint.state import TrainState
 from runner.config.errors import UserError
-from runner.training.batches import count_samples
+from runner.training.batches import count_samples, map_tensors
 from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.distributed import any_process
 from runner.training.memory_agreement import Agreement, OutOfMemoryOnRank
@@ -74,21 +73,18 @@ def cut(batch: Any, size: int, target_key: str) -> list[Any]:
 
 
 def _part(value: Any, start: int, size: int, samples: int) -> Any:
-    if isinstance(value, torch.Tensor):
-        batched = value.ndim > 0 and len(value) == samples
-        return value[start : start + size].clone() if batched else value
-    if isinstance(value, Mapping):
-        return type(value)({key: _part(item, start, size, samples) for key, item in value.items()})
-    if isinstance(value, tuple | list):
-        if len(value) == samples and not any(isinstance(item, torch.Tensor) for item in value):
-            return value[start : start + size]  # one entry per sample (strings, ids)
-        parts = [_part(item, start, size, samples) for item in value]
-        return type(value)(*parts) if hasattr(value, "_fields") else type(value)(parts)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {item.name: _part(getattr(value, item.name), start, size, samples)
-                   for item in dataclasses.fields(value) if item.init}  # fmt: skip
-        return dataclasses.replace(value, **changes)
-    return value
+    def per_sample(item: Any) -> bool:  # one entry per sample (strings, ids): cut, not walked into
+        if not isinstance(item, tuple | list) or len(item) != samples:
+            return False
+        return not any(isinstance(each, torch.Tensor) for each in item)
+
+    def piece(item: Any) -> Any:
+        if isinstance(item, torch.Tensor):
+            batched = item.ndim > 0 and len(item) == samples
+            return item[start : start + size].clone() if batched else item
+        return item[start : start + size]
+
+    return map_tensors(value, piece, per_sample)
 
 
 def free_memory(learner: Learner) -> None:
