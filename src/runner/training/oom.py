@@ -209,10 +209,8 @@ def step_within_memory(
 
     def smaller(failure: OutOfMemory) -> int:
         free_memory(learner)
-        size, where = (
-            failure.size or max(count_samples(batch, learner.target_key) for batch in window),
-            failure.where,
-        )
+        size = failure.size or max(count_samples(batch, learner.target_key) for batch in window)
+        where = failure.where
         if where:  # every process learnt it here: all halve the same size (their batches may differ)
             size = any_process(size)
         own_step = learner.writes_own_step
