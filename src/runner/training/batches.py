@@ -82,24 +82,38 @@ def is_pair(batch: Any) -> bool:
     return isinstance(batch, tuple | list) and len(batch) == 2
 
 
+def map_tensors(
+    value: Any, fn: Callable[[Any], Any], whole: Callable[[Any], bool] = lambda value: False
+) -> Any:
+    """``fn`` on every tensor inside a batch's structure (dataclasses, mappings, lists, tuples, named
+    tuples), the structure kept (a dataclass becomes a copy), other objects as they are: the one walk
+    that moving, splitting and detaching a batch share. ``whole``: a part given to ``fn`` as it is,
+    not walked into."""
+    if isinstance(value, torch.Tensor) or whole(value):
+        return fn(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {item.name: map_tensors(getattr(value, item.name), fn, whole)
+                   for item in dataclasses.fields(value) if item.init}  # fmt: skip
+        return dataclasses.replace(value, **changes)
+    if isinstance(value, Mapping):
+        return type(value)({key: map_tensors(item, fn, whole) for key, item in value.items()})
+    if isinstance(value, tuple | list):
+        mapped = [map_tensors(item, fn, whole) for item in value]
+        return type(value)(*mapped) if hasattr(value, "_fields") else type(value)(mapped)
+    return value
+
+
 def to_device(batch: Any, device: torch.device, channels_last: bool = False) -> Any:
     """Every tensor inside the batch, asynchronously (from pinned memory on CUDA); 4-D float tensors
     (images) channels-last if asked. The structure is kept (a dataclass becomes a copy)."""
-    if isinstance(batch, torch.Tensor):
-        batch = batch.to(device, non_blocking=True)
-        if channels_last and batch.ndim == 4 and batch.is_floating_point():
-            batch = batch.contiguous(memory_format=torch.channels_last)
-        return batch
-    if isinstance(batch, Mapping):
-        return type(batch)({key: to_device(value, device, channels_last) for key, value in batch.items()})
-    if isinstance(batch, tuple | list):
-        moved = [to_device(value, device, channels_last) for value in batch]
-        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        changes = {item.name: to_device(getattr(batch, item.name), device, channels_last)
-                   for item in dataclasses.fields(batch) if item.init}  # fmt: skip
-        return dataclasses.replace(batch, **changes)
-    return batch
+
+    def moved(tensor: torch.Tensor) -> torch.Tensor:
+        tensor = tensor.to(device, non_blocking=True)
+        if channels_last and tensor.ndim == 4 and tensor.is_floating_point():
+            tensor = tensor.contiguous(memory_format=torch.channels_last)
+        return tensor
+
+    return map_tensors(batch, moved)
 
 
 def first_tensor(batch: Any) -> torch.Tensor | None:

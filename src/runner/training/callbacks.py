@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from runner.config.errors import UserError
+from runner.training.batches import map_tensors
 from runner.training.validation import improves
 
 HOOKS = ("on_train_start", "on_step_end", "on_validation_end", "on_epoch_end", "on_train_end")
@@ -82,17 +83,17 @@ def scalar_value(tag: str, value: Any) -> float:
 
 def detached(value: Any) -> Any:
     """Tensors detached inside tuples, lists, dicts and dataclasses (a model's output class, such as
-    transformers' ``ModelOutput``); other objects as they are. A callback reads them as values."""
-    if isinstance(value, torch.Tensor):
-        return value.detach()
-    if type(value) is dict:
-        return {key: detached(item) for key, item in value.items()}
-    if type(value) in (list, tuple):
-        return type(value)(detached(item) for item in value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: detached(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
-        return dataclasses.replace(value, **fields)
-    return value
+    transformers' ``ModelOutput``); other objects as they are, named tuples and mappings other than a dict
+    among them. A callback reads them as values."""
+
+    def as_value(item: Any) -> Any:
+        return item.detach() if isinstance(item, torch.Tensor) else item
+
+    def kept(item: Any) -> bool:
+        a_dataclass = dataclasses.is_dataclass(item) and not isinstance(item, type)
+        return not (a_dataclass or type(item) in (dict, list, tuple))
+
+    return map_tensors(value, as_value, kept)
 
 
 @dataclass

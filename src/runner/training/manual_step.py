@@ -27,7 +27,7 @@ from runner.training.batches import count_samples, to_device
 from runner.training.distributed import average_gradients, broadcast_from_first
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.step import Learner, ReturnedLosses, StepResult
-from runner.training.update import update
+from runner.training.update import clipped_norm, update
 from runner.training.weighing import sample_shares, summed
 
 OWN_STEP = "training_step"
@@ -129,7 +129,7 @@ class Step:
         norm, applied = done.norm.detach(), done.applied
         updates = self._updates
         updates.norms[name] = norm
-        updates.clipped[name] = norm * (clip / (norm + 1e-6)).clamp(max=1.0) if clip is not None else norm
+        updates.clipped[name] = clipped_norm(norm, clip)
         updates.applied[name] = applied & updates.applied.get(name, True)  # on the device: no read
 
 

@@ -13,16 +13,16 @@ others where they ask, and all split at the same step. With ``strategy=fsdp`` (i
 are inside the forward, where one process cannot leave) it still stops, in one line.
 """
 
-import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 
 from runner.checkpoint.state import TrainState
 from runner.config.errors import UserError
-from runner.training.batches import count_samples
+from runner.training.batches import count_samples, map_tensors
 from runner.training.carried import NoCarriedState, carried_state_of
 from runner.training.distributed import any_process
 from runner.training.memory_agreement import Agreement, OutOfMemoryOnRank
@@ -30,6 +30,7 @@ from runner.training.random_state import host_states_changed, random_states
 from runner.training.step import Learner, StepResult
 
 log = logging.getLogger("runner")
+T = TypeVar("T")
 TAG = "vitals/micro_batch_size"
 ADVICE = "precision=bf16 (or amp on a GPU), activation_checkpointing=true, or strategy=fsdp over several GPUs"
 
@@ -51,16 +52,45 @@ def stop(message: str, processes: int, in_update: bool = False) -> UserError:
     return OutOfMemoryStop(message) if processes == 1 and not in_update else OutOfMemoryUnsaved(message)
 
 
-def in_optimizer_update(error: BaseException, learner: Learner) -> bool:
-    """Whether the error came from inside the optimizer's (or the loss scaler's) step: it may have
-    updated some weights already (an optimizer's state is made at its first step), so the window cannot
-    be redone."""
-    traceback, updaters = error.__traceback__, (learner.optimizer, learner.precision.scaler)
+def raised_in(error: BaseException, updaters: tuple[Any, ...]) -> bool:
+    """Whether the error came from inside a method of one of ``updaters`` (the optimizer's or the loss
+    scaler's step: it may have updated some weights already, an optimizer's state is made at its first
+    step, so the window cannot be redone)."""
+    traceback = error.__traceback__
     while traceback is not None:
         if any(traceback.tb_frame.f_locals.get("self") is updater for updater in updaters):
             return True
         traceback = traceback.tb_next
     return False
+
+
+@dataclass(frozen=True)
+class OutOfMemory:
+    """One out-of-memory error, as the halving decides from it (the error itself is let go: its
+    traceback holds the failed micro-batch's activations)."""
+
+    size: int | None  # the size that did not fit; None: the loader's batches as they are
+    where: str  # " on rank N": another process ran out and every process learnt it; "": here
+    in_update: bool  # inside one of the updaters' methods
+
+
+def halving(
+    attempt: Callable[[int | None], T],
+    size: int | None,
+    smaller: Callable[[OutOfMemory], int],
+    updaters: tuple[Any, ...] = (),
+) -> T:
+    """``attempt(size)``, tried again with ``smaller(failure)`` on each out-of-memory error until it
+    fits: the one loop of a step, a validation and the first-batch check. ``smaller`` frees memory,
+    settles the size every process takes and returns it (a half), or raises where the run stops."""
+    while True:
+        try:
+            return attempt(size)
+        except (torch.OutOfMemoryError, OutOfMemoryOnRank) as error:
+            # The rest outside the except: the traceback holds the failed micro-batch's activations.
+            where = f" on rank {error.rank}" if isinstance(error, OutOfMemoryOnRank) else ""
+            failure = OutOfMemory(size, where, raised_in(error, updaters))
+        size = smaller(failure)
 
 
 def cut(batch: Any, size: int, target_key: str) -> list[Any]:
@@ -74,21 +104,18 @@ def cut(batch: Any, size: int, target_key: str) -> list[Any]:
 
 
 def _part(value: Any, start: int, size: int, samples: int) -> Any:
-    if isinstance(value, torch.Tensor):
-        batched = value.ndim > 0 and len(value) == samples
-        return value[start : start + size].clone() if batched else value
-    if isinstance(value, Mapping):
-        return type(value)({key: _part(item, start, size, samples) for key, item in value.items()})
-    if isinstance(value, tuple | list):
-        if len(value) == samples and not any(isinstance(item, torch.Tensor) for item in value):
-            return value[start : start + size]  # one entry per sample (strings, ids)
-        parts = [_part(item, start, size, samples) for item in value]
-        return type(value)(*parts) if hasattr(value, "_fields") else type(value)(parts)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {item.name: _part(getattr(value, item.name), start, size, samples)
-                   for item in dataclasses.fields(value) if item.init}  # fmt: skip
-        return dataclasses.replace(value, **changes)
-    return value
+    def per_sample(item: Any) -> bool:  # one entry per sample (strings, ids): cut, not walked into
+        if not isinstance(item, tuple | list) or len(item) != samples:
+            return False
+        return not any(isinstance(each, torch.Tensor) for each in item)
+
+    def piece(item: Any) -> Any:
+        if isinstance(item, torch.Tensor):
+            batched = item.ndim > 0 and len(item) == samples
+            return item[start : start + size].clone() if batched else item
+        return item[start : start + size]
+
+    return map_tensors(value, piece, per_sample)
 
 
 def free_memory(learner: Learner) -> None:
@@ -167,29 +194,27 @@ def step_within_memory(
     # rest of runner's work in a small model's step).
     saved = random_states(host=learner.draws_host_random is not False) if split else None
     buffers = [(buffer, buffer.clone()) for buffer in buffers_to_keep(learner)] if split else []
-    while True:
-        size = state.micro_batch_size
+
+    def attempt(size: int | None) -> StepResult:
         if size is None:  # the loader's batches as they are, until one did not fit: nothing cut per step
             micro_batches = window
         else:
             micro_batches = [part for batch in window for part in cut(batch, size, learner.target_key)]
-        try:
-            result = run_step(micro_batches)
-            if learner.changing_buffers is None and split:
-                learner.changing_buffers = [kept for kept, copy in buffers if not torch.equal(kept, copy)]
-            if learner.draws_host_random is None and split:
-                learner.draws_host_random = host_states_changed(saved)
-            return result
-        except (torch.OutOfMemoryError, OutOfMemoryOnRank) as error:
-            # The rest outside the except: the traceback holds the failed micro-batch's activations.
-            in_update = in_optimizer_update(error, learner)
-            where = f" on rank {error.rank}" if isinstance(error, OutOfMemoryOnRank) else ""
+        result = run_step(micro_batches)
+        if learner.changing_buffers is None and split:
+            learner.changing_buffers = [kept for kept, copy in buffers if not torch.equal(kept, copy)]
+        if learner.draws_host_random is None and split:
+            learner.draws_host_random = host_states_changed(saved)
+        return result
+
+    def smaller(failure: OutOfMemory) -> int:
         free_memory(learner)
-        size = size or max(count_samples(batch, learner.target_key) for batch in window)
+        size = failure.size or max(count_samples(batch, learner.target_key) for batch in window)
+        where = failure.where
         if where:  # every process learnt it here: all halve the same size (their batches may differ)
             size = any_process(size)
         own_step = learner.writes_own_step
-        if in_update or own_step:
+        if failure.in_update or own_step:
             raise stop(update_message(state, own_step), learner.processes, in_update=True)
         reason = why_not_split(learner, told=bool(where))
         if on_oom == "raise" or reason or size == 1:
@@ -205,6 +230,10 @@ def step_within_memory(
             message = "out of memory at micro-batch %d%s: continuing with %d x %d per step"
             log.warning(message, size, where, size // 2, parts)
         log_scalar(TAG, float(size // 2), state.step + 1)
+        return state.micro_batch_size
+
+    updaters = (learner.optimizer, learner.precision.scaler)
+    return halving(attempt, state.micro_batch_size, smaller, updaters)
 
 
 def evaluate_within_memory(
@@ -218,17 +247,13 @@ def evaluate_within_memory(
     started again on each out-of-memory error (validation sums over items: its values do not change).
     With several processes all start again together (:class:`Agreement`), or stop where they cannot
     agree (FSDP)."""
-    while True:
-        size = state.micro_batch_size
-        where = ""
-        try:
-            return run_evaluation(_cut_all(loader, size, learner.target_key) if size else loader)
-        except torch.OutOfMemoryError:
-            pass  # handled outside the except: its traceback holds the failed batch's activations
-        except OutOfMemoryOnRank as error:
-            where = f" on rank {error.rank}"
+
+    def attempt(size: int | None) -> dict[str, float]:
+        return run_evaluation(_cut_all(loader, size, learner.target_key) if size else loader)
+
+    def smaller(failure: OutOfMemory) -> int:
         free_memory(learner)
-        size = size or _loader_size(loader, learner.target_key)
+        size, where = failure.size or _loader_size(loader, learner.target_key), failure.where
         if where:  # every process learnt it here: all halve the same size
             size = any_process(size)
         reason = SEVERAL if learner.processes > 1 and not (learner.memory.enabled and where) else ""
@@ -241,6 +266,9 @@ def evaluate_within_memory(
             log.warning(
                 "out of memory in validation at batch %d%s: continuing with %d", size, where, size // 2
             )
+        return state.micro_batch_size
+
+    return halving(attempt, state.micro_batch_size, smaller)
 
 
 def _cut_all(loader: Iterable, size: int, target_key: str) -> Iterator[Any]:
@@ -259,22 +287,25 @@ def first_part_within_memory(
     """``run`` on the batch, or on its first half, quarter, ... where the whole does not fit in memory:
     what the first-batch check needs (whether model, data and loss fit together) is in any part. Returns
     what ``run`` returned and the part's size. With several processes all halve alike (``memory``)."""
-    size = count_samples(batch, target_key)
     memory = memory or Agreement()
-    while True:
-        try:
-            with memory.evaluation():
-                return run(cut(batch, size, target_key)[0]), size
-        except (torch.OutOfMemoryError, OutOfMemoryOnRank):
-            if memory.enabled:  # every process is here: all halve the same size
-                size = any_process(size)
-            several = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
-            if size == 1 or (several and not memory.enabled):
-                raise OutOfMemoryStop(
-                    f"out of memory in the first-batch check, on {size} sample(s): the model and the batch "
-                    "do not fit in the device's memory; lower data.batch_size and raise accumulate (the "
-                    f"same steps), or try {ADVICE}"
-                ) from None
-        size //= 2
+
+    def attempt(size: int | None) -> tuple[Any, int]:
+        with memory.evaluation():
+            return run(cut(batch, size, target_key)[0]), size
+
+    def smaller(failure: OutOfMemory) -> int:
+        size = failure.size
+        if memory.enabled:  # every process is here: all halve the same size
+            size = any_process(size)
+        several = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+        if size == 1 or (several and not memory.enabled):
+            raise OutOfMemoryStop(
+                f"out of memory in the first-batch check, on {size} sample(s): the model and the batch "
+                "do not fit in the device's memory; lower data.batch_size and raise accumulate (the "
+                f"same steps), or try {ADVICE}"
+            )
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+        return size // 2
+
+    return halving(attempt, count_samples(batch, target_key), smaller)

@@ -4,10 +4,13 @@ shapes make: ``train_step``'s one optimizer, and each optimizer a model's own st
 (``manual_step.py``), so they clip, guard and step alike."""
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
 from runner.training.phases import phase
+
+Norm = TypeVar("Norm", float, torch.Tensor)
 
 
 @dataclass
@@ -95,9 +98,14 @@ def global_norm(norm: torch.Tensor) -> torch.Tensor:
     return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
 
-def clipped_norm(grad_norm: float, max_norm: float | None) -> float:
+def clipped_norm(grad_norm: Norm, max_norm: float | None) -> Norm:
     """The total norm after ``clip_grads_with_norm_``: it scales every gradient by this same
-    coefficient, so the norm follows from the norm before, without another pass over the gradients."""
+    coefficient, so the norm follows from the norm before, without another pass over the gradients.
+    A norm still on the device stays there (a clamp, not a comparison, so no host read); a float
+    the log step read stays a float."""
     if max_norm is None:
         return grad_norm
-    return grad_norm * min(max_norm / (grad_norm + 1e-6), 1.0)
+    coefficient = max_norm / (grad_norm + 1e-6)
+    if isinstance(coefficient, torch.Tensor):
+        return grad_norm * coefficient.clamp(max=1.0)
+    return grad_norm * min(coefficient, 1.0)
