@@ -189,3 +189,24 @@ def test_a_run_resumed_with_another_number_of_workers_goes_on_as_it_would_have(t
     assert all(
         torch.equal(straight["model_state_dict"][k], v) for k, v in resumed["model_state_dict"].items()
     )
+
+
+def test_the_built_in_data_sets_are_read_without_per_sample_seeds():
+    """They draw nothing when read (a TensorDataset, or the digits' Subsets of one): the default run
+    pays nothing for per-sample seeds. A data set of the user's, or a collator, is seeded."""
+    from torch.utils.data import Subset, TensorDataset
+
+    from runner.data.digits import load_digits
+    from runner.data.sample_seeds import draws_nothing
+
+    train, val = load_digits()
+    assert isinstance(train, Subset) and draws_nothing(train, None) and draws_nothing(val, None)
+    plain = TensorDataset(torch.zeros(4, 2))
+    assert draws_nothing(Subset(plain, [0, 1]), None)
+    assert not draws_nothing(Subset(plain, [0, 1]), collate_fn=lambda batch: batch)
+
+    class Noisy(TensorDataset):
+        def __getitem__(self, index):
+            return (torch.randn(2),)
+
+    assert not draws_nothing(Subset(Noisy(torch.zeros(4, 2)), [0, 1]), None)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Sampler, TensorDataset, default_collate, get_worker_info
+from torch.utils.data import Dataset, Sampler, Subset, TensorDataset, default_collate, get_worker_info
 
 MASK = 2**64 - 1
 SAMPLE, COLLATE = 0, 1  # what a seed is for: a sample's __getitem__, or a batch's collate function
@@ -136,8 +136,11 @@ class SeededCollate:
 
 
 def draws_nothing(dataset: Dataset, collate_fn: Callable | None) -> bool:
-    """torch's ``TensorDataset`` read with torch's collate: indexing only, nothing to seed (the built-in
-    data sets: the default run pays nothing for per-sample seeds)."""
+    """torch's ``TensorDataset``, or a ``Subset`` of one (the default digits' split), read with torch's
+    collate: indexing only, nothing to seed (the built-in data sets: the default run pays nothing for
+    per-sample seeds)."""
+    while type(dataset) is Subset:
+        dataset = dataset.dataset
     plain = isinstance(dataset, TensorDataset) and type(dataset).__getitem__ is TensorDataset.__getitem__
     return plain and not hasattr(dataset, "__getitems__") and collate_fn is None
 
