@@ -161,3 +161,18 @@ def trained_in_process(tmp_path_factory) -> Path:
 def finished(trained_in_process, tmp_path) -> Path:
     """A copy of it, the test's own."""
     return Path(shutil.copytree(trained_in_process, tmp_path / "finished"))
+
+
+def train_refused(tmp_path, monkeypatch, capsys, *overrides: str) -> str:
+    """``runner train`` of the tiny run in this process, with the test plug-ins importable and the run in
+    ``tmp_path/run``: it exits 2 in one line, no traceback; that line without its prefix."""
+    from runner.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    with pytest.raises(SystemExit) as exited:
+        main(["train", *TINY, *overrides, f"hydra.run.dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err.removeprefix("runner: error: ")

@@ -8,10 +8,9 @@ Models: ``tests/plugins/hostile_steps.py``."""
 import logging
 
 import pytest
-from conftest import PLUGINS, TINY, composed, read_scalars
+from conftest import PLUGINS, TINY, composed, read_scalars, train_refused
 from hydra.utils import instantiate
 
-from runner.cli.main import main
 from runner.experiment.setup import build_optimizer, prepare
 from runner.tools.doctor import FAIL, PASS, Setup, run_checks
 
@@ -24,16 +23,10 @@ NEVER_APPLIES = (
 def refused(tmp_path, monkeypatch, capsys, *overrides: str) -> str:
     """``runner train`` in this process: the one line it stopped with. Refused before the run began,
     nothing is written; at its first step, no checkpoint."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    with pytest.raises(SystemExit) as exited:
-        main(["train", *TINY, *overrides, f"hydra.run.dir={tmp_path / 'run'}"])
-    err = capsys.readouterr().err
-    assert exited.value.code == 2, err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
+    err = train_refused(tmp_path, monkeypatch, capsys, *overrides)
     run_dir = tmp_path / "run"
     assert not run_dir.exists() or list((run_dir / "checkpoints").iterdir()) == []
-    return err.removeprefix("runner: error: ")
+    return err
 
 
 @pytest.mark.parametrize(("on", "window"), [(1, 2), (1, 3), (2, 3)])

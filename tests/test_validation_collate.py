@@ -4,10 +4,9 @@ collate validation too that fails on a validation batch (timm's Mixup on an odd 
 before anything is written, not a traceback an epoch later. Collator: ``tests/plugins/mixup_collate.py``."""
 
 import pytest
-from conftest import PLUGINS, TINY, read_scalars
+from conftest import TINY, read_scalars, train_refused
 from hydra.utils import instantiate
 
-from runner.cli.main import main
 from runner.tools.evaluation import evaluate_checkpoint
 
 MIXUP = "+data.collate_fn={_target_: mixup_collate.MixupCollate, num_classes: 4}"
@@ -28,15 +27,9 @@ def test_the_mixup_recipe_mixes_training_batches_and_validates_on_plain_ones(tra
 
 
 def refused(tmp_path, monkeypatch, capsys, *overrides: str) -> str:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    with pytest.raises(SystemExit) as exited:
-        main(["train", *TINY, *overrides, f"hydra.run.dir={tmp_path / 'run'}"])
-    err = capsys.readouterr().err
-    assert exited.value.code == 2, err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
+    err = train_refused(tmp_path, monkeypatch, capsys, *overrides)
     assert not (tmp_path / "run").exists()
-    return err.removeprefix("runner: error: ")
+    return err
 
 
 @pytest.mark.parametrize(
