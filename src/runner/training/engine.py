@@ -179,6 +179,11 @@ class Validator:
         without one."""
         return self.once(state) if self.cadence.at_step(state.step) else None
 
+    def at_epoch_end(self, state: TrainState) -> bool | None:
+        """After the position moved to the next epoch: the same, where the steps' or the epochs'
+        cadence says."""
+        return self.once(state) if self.cadence.at_epoch_end(state.epoch, state.step) else None
+
     def at_end(self, state: TrainState) -> bool | None:
         """The run's last: off the cadence (``validate``'s ``on_cadence``), unless its last step
         validated already; none after a stop signal (the run saves and exits at once)."""
@@ -198,25 +203,26 @@ class Validator:
         return improved
 
 
-def end_epoch(state: TrainState, validator: Validator, callbacks: Callbacks) -> bool | None:
-    """The position moves to the next epoch first: a checkpoint of this moment resumes at the next
-    epoch's start. Then the validation the cadence asks for, the scheduler's epoch step and the
-    callbacks' ``on_epoch_end``. Whether the validation improved; ``None`` without one."""
-    state.epoch, state.batches_done_in_epoch = state.epoch + 1, 0
-    validator.context.epoch = state.epoch
-    validates = validator.cadence.at_epoch_end(state.epoch, state.step)
-    improved = validator.once(state) if validates else None
-    validator.schedule.after_epoch(state.epoch, state.last_val)
-    callbacks.call("on_epoch_end", validator.context)
-    return improved
-
-
 def end_step_callbacks(callbacks: Callbacks, context: Context, result: StepResult) -> None:
     """``on_step_end`` sees the step's last micro-batch and its outputs (detached), which are not held
     into the next step: they may be large (an LM's logits)."""
     context.batch, context.outputs = result.last_batch, detached(result.last_outputs)
     callbacks.call("on_step_end", context)
     context.batch = context.outputs = result.last_batch = result.last_outputs = None
+
+
+def end_epoch(
+    state: TrainState, context: Context, schedule: Schedule, callbacks: Callbacks, validator: Validator
+) -> bool | None:
+    """The position moves to the next epoch first: a checkpoint of this moment resumes at the next
+    epoch's start. Then the validation the cadence asks for, the scheduler's epoch step and the
+    callbacks' ``on_epoch_end``. Whether the validation improved; ``None`` without one."""
+    state.epoch, state.batches_done_in_epoch = state.epoch + 1, 0
+    context.epoch = state.epoch
+    improved = validator.at_epoch_end(state)
+    schedule.after_epoch(state.epoch, state.last_val)
+    callbacks.call("on_epoch_end", context)
+    return improved
 
 
 def checkpoint_step(
@@ -244,6 +250,18 @@ def stop_asked(stop: StopFlag | None, state: TrainState, context: Context) -> bo
         state.stopped_by_signal = signal_number
         return True
     return context.stop_reason is not None
+
+
+def end_run(
+    state: TrainState, context: Context, hooks: Hooks, guard: DeferredGuard, validator: Validator
+) -> None:
+    """The guard's verdict on the last steps first (before the final validation, the last save and the
+    run's result), then why the run stopped, its last validation and the callbacks' ``on_train_end``."""
+    guard.check(state)
+    state.stop_reason = context.stop_reason
+    if (improved := validator.at_end(state)) is not None:
+        hooks.checkpointer.after_validation(state, improved)
+    hooks.callbacks.call("on_train_end", context)
 
 
 def fit(
@@ -299,9 +317,10 @@ def fit(
                 if step_callbacks:
                     end_step_callbacks(hooks.callbacks, context, result)
                 epoch_ended = stream_ended or state.batches_done_in_epoch == micro_batches_per_epoch
-                improved = (
-                    end_epoch(state, validator, hooks.callbacks) if epoch_ended else validator.at_step(state)
-                )
+                if epoch_ended:
+                    improved = end_epoch(state, context, schedule, hooks.callbacks, validator)
+                else:
+                    improved = validator.at_step(state)
                 hooks.times.now_in("checkpoint")
                 checkpoint_step(hooks.checkpointer, guard, state, improved, epoch_ended)
                 if stop_asked(hooks.stop, state, context) or state.step >= total_steps or epoch_ended:
@@ -310,11 +329,7 @@ def fit(
                 raise no_batch_in(state.epoch)
             if state.stopped_by_signal is not None or context.stop_reason is not None:
                 break
-        guard.check(state)  # before the final validation, the last save and the run's result
-        state.stop_reason = context.stop_reason
-        if (improved := validator.at_end(state)) is not None:
-            hooks.checkpointer.after_validation(state, improved)
-        hooks.callbacks.call("on_train_end", context)
+        end_run(state, context, hooks, guard, validator)
     except (OutOfMemoryStop, WriteError):
         guard.check(state)  # these stops save last.pt: never a state the guard has not seen
         raise

@@ -57,6 +57,7 @@ def epoch_windows(
 
 
 def no_batch_in(epoch: int) -> UserError:
+    """An epoch that yielded no batch: a stream that ran dry at once would otherwise loop forever."""
     return UserError(
         f"the training data yielded no batch in epoch {epoch}; a stream must yield at least one batch "
         "per pass"
