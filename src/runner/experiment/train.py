@@ -74,7 +74,7 @@ def train_in_this_process(
                 stop.exit_for(state.stopped_by_signal)
     except Exception as error:
         raised = with_resume_advice(error, checkpointer.last_written or start.path, run_dir)
-        records.end(None, raised)
+        records.end(None, error=raised)
         if raised is not error:
             raise raised from error
         raise
