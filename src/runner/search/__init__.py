@@ -11,3 +11,10 @@ SEVERAL_PROCESSES = (
     "use hydra.sweeper.storage=journal (a file in the sweep folder, made for several processes and shared "
     "filesystems) or a PostgreSQL URL"
 )
+
+
+def shared_by_processes(storage: str | None) -> bool:
+    """Whether several sweeper processes may run this search at once: a journal file or a database
+    server; SQLite is one process's (``runner.cli.hydra.write_guard`` refuses a second one). Here, not in
+    ``storage``, so that the check of a sweep's folder reads it without importing Optuna."""
+    return storage is not None and not storage.startswith("sqlite:")
