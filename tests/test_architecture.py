@@ -182,6 +182,14 @@ def test_the_processes_import_neither_hydra_nor_its_adapter(module):
     assert not knows_hydra(module) and not adapter, f"{module} imports {knows_hydra(module) + adapter}"
 
 
+@pytest.mark.parametrize("module", sorted(name for name in MODULES if within(name, *CLI)))
+def test_the_command_line_holds_no_search_code(module):
+    """The search (Optuna's study, its trials, samplers and distributions) is runner.search's; the
+    command line reads Hydra's sweep syntax and hands the search plain values."""
+    optuna = sorted(name for name in MODULES[module] if within(name, "optuna"))
+    assert not optuna, f"{module} imports {optuna}: search code goes in runner/search/"
+
+
 def test_only_hydras_public_api():
     plugins = PACKAGE.parent / "hydra_plugins"
     for path in [

@@ -17,8 +17,8 @@ import yaml
 from conftest import composed, run_cli
 from test_one_line_errors import one_error_line, run_limited
 
-from runner.cli.config_folder_hint import check_same_project, folder_hint
 from runner.cli.main import main
+from runner.cli.resume_line import check_same_project, folder_hint
 from runner.config.errors import ConfigError
 from runner.config.project import find_project
 from runner.tools.scaffold import create_project, files_of

@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 from runner.cli.hydra.optuna_space import search_space
 from runner.cli.main import main
 from runner.config.errors import ConfigError
+from runner.search.claims import claimed_gpu
 from runner.search.continuation import OtherJobInTheWay, earlier_job
-from runner.search.gpus import claimed_gpu
 from runner.search.options import TYPES
 from runner.search.settings import objectives_of, typed
 from runner.search.storage import open_storage, storage_url

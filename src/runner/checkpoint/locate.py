@@ -14,9 +14,9 @@ from runner.checkpoint.files import (
     load_checkpoint,
     written_at,
 )
+from runner.config.bounded_read import UnreadableRecord, read_plain
 from runner.config.errors import ConfigError
 from runner.config.job_dirs import numbered
-from runner.config.plain_yaml import UnreadableRecord, read_plain
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,9 @@
 """``train resume=DIR``: the command line that continues a run, rebuilt from the run directory's
 record of its own command line, which is data: what it would make runner import or call is refused
-unless this command line names it."""
+unless this command line names it; a run started in a project resumes from that project only. Where
+the record names an option of a config folder this command line does not have (a project's, or one on
+``hydra.searchpath``), the refusal names that folder, read from Hydra's record of the run only to be
+shown, never searched or loaded."""
 
 import os
 import time
@@ -8,8 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import yaml
+
 from runner.cli.arguments import CommandLine, parse_overrides, reapplied, resumed, value_text
-from runner.cli.config_folder_hint import check_same_project, folder_hint
 from runner.cli.hydra.hydra_app import options_of
 from runner.config.errors import ConfigError
 from runner.config.project import active_project
@@ -17,6 +21,8 @@ from runner.config.trust import check_named, interpolations_in, is_live_interpol
 
 if TYPE_CHECKING:  # importing it loads torch: the run does that only once Hydra has composed
     from runner.checkpoint.locate import Found
+
+OWN_PROVIDERS = ("hydra", "main", "schema")  # Hydra's own configs, runner's conf/, the config store
 
 
 def with_resume(command_line: CommandLine, trusted: set[str]) -> tuple[CommandLine, "Found | None"]:
@@ -97,3 +103,42 @@ def check_stored_overrides(
         named += [(key, str(value))] if key.endswith("_target_") else list(targets_in(value, key))
     check_named(named, trusted, f"resume={run_dir}: {record}",
                 "give {first} on this command line")  # fmt: skip
+
+
+def recorded_sources(run_dir: Path) -> list:
+    """The config sources Hydra's record of the run lists (empty where it has none it can read)."""
+    try:
+        record = yaml.safe_load((run_dir / ".hydra" / "hydra.yaml").read_text())
+        sources = record["hydra"]["runtime"]["config_sources"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return []
+    return [source for source in sources if isinstance(source, dict)] if isinstance(sources, list) else []
+
+
+def check_same_project(run_dir: Path, request: str, project_conf: Path | None) -> None:
+    """A run started in a project resumes from that project (its code and configs, which a run directory
+    never names): from elsewhere, it is refused by naming the project's folder."""
+    for source in recorded_sources(run_dir):
+        folder = Path(str(source.get("path", "")))
+        if source.get("provider") == "runner-project" and folder != project_conf:
+            raise ConfigError(
+                f"resume={request}: the run was started in the project {folder.parent} (its config folder "
+                f"{folder}), and this command runs outside it: run it from {folder.parent}"
+            )
+
+
+def folder_hint(run_dir: Path, group: str, option: str) -> str:
+    """How to give the run's config folder again: from its project's folder, or on hydra.searchpath;
+    empty where the record does not say (or names no folder that holds the option now)."""
+    for source in recorded_sources(run_dir):
+        if source.get("provider") in OWN_PROVIDERS:
+            continue
+        folder = Path(str(source.get("path", "")))
+        if source.get("schema") != "file" or not (folder / group / f"{option}.yaml").is_file():
+            continue
+        if source.get("provider") == "runner-project":
+            return (f"; {group}={option} is in the config folder {folder} of the project the run was started "
+                    f"in: run this command from that project's folder ({folder.parent})")  # fmt: skip
+        return (f"; {group}={option} is in the config folder {folder}, which a run directory never names: "
+                f"give hydra.searchpath=[file://{folder}] on this command line")  # fmt: skip
+    return ""

@@ -10,10 +10,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.config.code_folder import hidden_modules, startup_files
 from runner.config.errors import ConfigError
 from runner.config.project_file import runner_table
-from runner.config.project_trust import PROJECT_ENV, check_trusted, inside
+from runner.config.project_trust import PROJECT_ENV, check_trusted, hidden_modules, inside, startup_files
 
 PROJECT_FILE = "pyproject.toml"
 KEYS = {"conf": "the config folder (default conf)", "code": "the folder holding the code (default src)",

@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runner.config.name_patterns import PARAM_GROUPS, PATTERNS
 from runner.config.settings import (
     BOOLEAN,
+    PARAM_GROUPS,
+    PATTERNS,
     Rule,
     Setting,
     declared_settings,

@@ -35,6 +35,7 @@ __all__ = [
     "report_end",
     "resume_advice",
     "watch_of",
+    "with_resume_advice",
 ]  # watch_of: for train.py
 log = logging.getLogger("runner")
 WRITE_FAILED = 1 << 16  # agreed between processes like a signal number, and above every one
@@ -115,6 +116,14 @@ def resume_advice(error: WriteError, last_good: Path | None, run_dir: Path) -> s
         return f"the last good checkpoint is none (start the run again {when})"
     resume = resume_command(run_dir)
     return f"the last good checkpoint is {last_good} (resume with: {resume} {when})"
+
+
+def with_resume_advice(error: Exception, last_good: Path | None, run_dir: Path) -> Exception:
+    """A write that failed (a full disk) with what to do: the last good checkpoint and the command that
+    resumes from it; any other error as it is."""
+    if isinstance(error, WriteError):
+        return error.with_advice(resume_advice(error, last_good, run_dir))
+    return error
 
 
 def report_end(

@@ -27,10 +27,11 @@ from runner.config.schema import RunConfig
 from runner.config.trust import check_config_from_file
 from runner.config.typed import as_dict, typed_config
 from runner.experiment.job_facts import Invocation, Job, sweep_dir_of
+from runner.experiment.resume import NothingToTrain
 from runner.experiment.run_files import refuse_existing_run
 from runner.experiment.sweep_job import gpu_of_parallel_job, objectives_of_job, search_trial, swept_settings
 from runner.experiment.sweep_stop import WORKER_SWEEP_STOP, SweepStop
-from runner.experiment.train import NothingToTrain, train
+from runner.experiment.train import train
 from runner.experiment.undo import remove_new_run_dir
 from runner.observe.console import (
     IN_LOG_FILE_ONLY,

@@ -9,8 +9,6 @@ import functools
 import inspect
 import textwrap
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,6 +16,7 @@ import torch
 from runner.config.errors import show
 from runner.config.schema import CheckpointConfig, RunConfig
 from runner.data.loading import is_stream
+from runner.experiment.assembly import Assembly
 from runner.experiment.profiling import profile_plan
 from runner.training.batches import ModelLoss
 from runner.training.modes import kept_modes_line, set_apart
@@ -28,30 +27,6 @@ from runner.training.reduction import sums_its_loss
 WIDTH = 100
 NAME_WIDTH = 16
 UNWRAPPED = {"resumed from", "re-applied", "run dir", "watch", "profile"}  # paths, commands, overrides: whole
-
-
-@dataclass
-class Built:
-    """What the run built and decided, for its plan."""
-
-    device: torch.device
-    precision: Precision
-    seed: int
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    loss_fn: Callable
-    train_set: Any
-    val_set: Any
-    total_steps: int
-    steps_per_epoch: int | None  # None: the data is a stream
-    run_dir: Path
-    speed_notes: list[str]
-    world_size: int = 1
-    resumed_from: str | None = None
-    start_step: int = 0  # the steps a resumed run had done
-    reapplied: Sequence[str] = ()  # a resume's overrides taken again from the run's record
-    spread_notes: dict[str, str] = field(default_factory=dict)  # strategy, activation checkpointing
-    schedule_counted: bool = False  # stepped as timm's loop steps it
 
 
 def own_class(thing: Any) -> type:
@@ -107,14 +82,14 @@ def samples(dataset: Any) -> str:
     return f"a stream ({type(dataset).__name__})"
 
 
-def data_plan(built: Built) -> str:
-    sized = hasattr(built.train_set, "__len__") and hasattr(built.val_set, "__len__")
+def data_plan(train_set: Any, val_set: Any, steps_per_epoch: int | None) -> str:
+    sized = hasattr(train_set, "__len__") and hasattr(val_set, "__len__")
     if sized:
-        sizes = f"{len(built.train_set):,} train, {len(built.val_set):,} validation samples"
+        sizes = f"{len(train_set):,} train, {len(val_set):,} validation samples"
     else:
-        sizes = f"train: {samples(built.train_set)}, validation: {samples(built.val_set)}"
+        sizes = f"train: {samples(train_set)}, validation: {samples(val_set)}"
     per_epoch = (
-        f"{built.steps_per_epoch:,} optimizer steps per epoch" if built.steps_per_epoch is not None
+        f"{steps_per_epoch:,} optimizer steps per epoch" if steps_per_epoch is not None
         else "epochs are passes over the stream"
     )  # fmt: skip
     return f"{sizes}; {per_epoch}"
@@ -247,29 +222,34 @@ def loading_plan(config: RunConfig, train_set: Any) -> str:
     )
 
 
-def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]]:
-    batch_size, accumulate, world_size = config.data.batch_size, config.accumulate, built.world_size
+def rows_of(built: Assembly) -> list[tuple[str, str | list[str]]]:
+    config, parts, device, state = built.config, built.prepared.parts, built.device, built.state
+    model, optimizer, world_size = parts.model, built.optimizer, built.process.world_size
+    batch_size, accumulate = config.data.batch_size, config.accumulate
     limits = f"max_steps={show(config.trainer.max_steps)}, max_epochs={show(config.trainer.max_epochs)}"
     by_name = bool(config.freeze or config.optimizer.get("param_groups"))
-    groups = parameter_groups(built.optimizer, built.model if by_name else None)
-    notes = built.spread_notes
+    groups = parameter_groups(optimizer, model if by_name else None)
+    notes, speed_notes = built.spread.notes, built.speed.notes
+    run_dir, found = built.run_dir, built.start.found
+    reapplied = found.reapplied if found else ()  # a resume's overrides taken again from the run's record
+    profile = profile_plan(config.profile, run_dir, device, built.total_steps, state.step)
     return [
-        ("model", model_plan(built.model, config.model.get("_target_"))),
-        *([("modes", kept_modes_line(parts))] if (parts := set_apart(built.model)) else []),
-        ("data", data_plan(built)),
-        ("loss", loss_plan(built.loss_fn, config.loss) + summed_plan(built.loss_fn, built.model)),
-        ("optimizer", optimizer_plan(built.optimizer, config.optimizer.get("_target_"))),
-        *([("step", own_step_plan(built.optimizer))] if isinstance(built.optimizer, NamedOptimizers) else []),
+        ("model", model_plan(model, config.model.get("_target_"))),
+        *([("modes", kept_modes_line(kept))] if (kept := set_apart(model)) else []),
+        ("data", data_plan(parts.train_set, parts.val_set, built.planned["steps_per_epoch"])),
+        ("loss", loss_plan(parts.loss_fn, config.loss) + summed_plan(parts.loss_fn, model)),
+        ("optimizer", optimizer_plan(optimizer, config.optimizer.get("_target_"))),
+        *([("step", own_step_plan(optimizer))] if isinstance(optimizer, NamedOptimizers) else []),
         *([("parameter groups", groups)] if len(groups) > 1 or by_name else []),
-        ("schedule", schedule_plan(config.scheduler, built.schedule_counted)),
-        ("device", str(built.device)),
+        ("schedule", schedule_plan(config.scheduler, built.schedule.counted)),
+        ("device", str(device)),
         *([("strategy", notes["strategy"])] if "strategy" in notes else []),
-        ("memory", memory_plan(built.model, world_size)),
+        ("memory", memory_plan(model, world_size)),
         *([("activation ckpt", notes["recomputed"])] if "recomputed" in notes else []),
-        ("precision", precision_plan(built.precision)),
-        ("seed", str(built.seed) + (" (drawn)" if config.seed is None else "")),
-        ("data order", order_plan(config, built.train_set)),
-        ("data loading", loading_plan(config, built.train_set)),
+        ("precision", precision_plan(built.prepared.precision)),
+        ("seed", str(built.start.seed) + (" (drawn)" if config.seed is None else "")),
+        ("data order", order_plan(config, parts.train_set)),
+        ("data loading", loading_plan(config, parts.train_set)),
         (
             "effective batch",
             f"{batch_size * accumulate * world_size} = {batch_size} (data.batch_size) x "
@@ -280,20 +260,12 @@ def rows_of(config: RunConfig, built: Built) -> list[tuple[str, str | list[str]]
         *([("callbacks", ", ".join(config.callbacks))] if config.callbacks else []),
         ("clip", f"max grad norm {config.clip:g}, after backward" if config.clip else "off (norms logged)"),
         ("checkpoints", checkpoint_plan(config.checkpoint, config.strategy == "fsdp")),
-        *([("speed", "; ".join(built.speed_notes))] if built.speed_notes else []),
-        *(
-            [("profile", text)]
-            if (
-                text := profile_plan(
-                    config.profile, built.run_dir, built.device, built.total_steps, built.start_step
-                )
-            )
-            else []
-        ),
-        *([("resumed from", built.resumed_from)] if built.resumed_from else []),
-        *([("re-applied", packed(built.reapplied, WIDTH - NAME_WIDTH - 3))] if built.reapplied else []),
-        ("run dir", str(built.run_dir)),
-        ("watch", f"tensorboard --logdir {built.run_dir}"),
+        *([("speed", "; ".join(speed_notes))] if speed_notes else []),
+        *([("profile", profile)] if profile else []),
+        *([("resumed from", f"{found.path} (step {state.step}, epoch {state.epoch})")] if found else []),
+        *([("re-applied", packed(reapplied, WIDTH - NAME_WIDTH - 3))] if reapplied else []),
+        ("run dir", str(run_dir)),
+        ("watch", f"tensorboard --logdir {run_dir}"),
     ]
 
 
@@ -309,12 +281,12 @@ def packed(items: Sequence[str], width: int) -> list[str]:
     return lines
 
 
-def run_plan(config: RunConfig, built: Built) -> str:
-    """The plan as text: one row per item, long values wrapped at spaces under their column (not
-    paths and commands, which are copied whole)."""
+def run_plan(built: Assembly) -> str:
+    """The plan of what the run built, as text: one row per item, long values wrapped at spaces under
+    their column (not paths and commands, which are copied whole)."""
     lines = ["run plan"]
     width = WIDTH - NAME_WIDTH - 3
-    for name, value in rows_of(config, built):
+    for name, value in rows_of(built):
         parts = value if isinstance(value, list) else [value]
         if name in UNWRAPPED:
             wrapped = parts

@@ -237,7 +237,7 @@ class Prepared:
 def prepare(config: RunConfig, build: Build, seed: int, process: ProcessInfo | None = None) -> Prepared:
     """Device, seeds, precision, model, data and loaders. With several processes each takes its own
     GPU (``LOCAL_RANK``) and its shard of the data; one process takes the current GPU (a parallel sweep
-    job's own, see ``runner.search.gpus``), named by its index."""
+    job's own, see ``runner.search.claims``), named by its index."""
     process = process or ProcessInfo()
     check_num_workers(config.data.num_workers)
     device = resolve_device(config.device)

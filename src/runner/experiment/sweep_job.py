@@ -51,6 +51,6 @@ def gpu_of_parallel_job(device: str, sweep_dir: Path, number: int) -> AbstractCo
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count < 2:
         return nullcontext()
-    from runner.search.gpus import claimed_gpu
+    from runner.search.claims import claimed_gpu
 
     return claimed_gpu(sweep_dir, count, number, torch.cuda.set_device)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from runner.checkpoint.locate import Found, own_checkpoint
+from runner.config.bounded_read import UnreadableRecord, read_plain
 from runner.config.errors import ConfigError, UserError, show
-from runner.config.plain_yaml import UnreadableRecord, read_plain
 from runner.config.typed import flatten
 from runner.observe.records import recorded_result
 

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config.errors import ConfigError
 from runner.config.trust import targets_in
 from runner.observe.records import recorded_result
-from runner.search import SEVERAL_PROCESSES, trials_not_run
+from runner.search import SEVERAL_PROCESSES, shared_by_processes, trials_not_run
 from runner.search.claims import JobClaims
 from runner.search.settings import (
     check_counts,
@@ -38,7 +38,6 @@ from runner.search.storage import (
     existing_study,
     in_sweep_dir,
     open_checked_storage,
-    shared_by_processes,
     storage_url,
     stored_study_exists,
     study_name_of,

@@ -1,5 +1,6 @@
 """What an Optuna search searches: each searched key's Optuna distribution, and the fixed settings
-every job gets. Read from Hydra's sweep syntax by ``runner.cli.hydra.optuna_space``."""
+every job gets. The command line's adapter reads Hydra's sweep syntax (``runner.cli.hydra.optuna_space``)
+and hands each param here as plain values: an interval, a stepped range or a choice."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -7,6 +8,42 @@ from typing import Any
 import optuna
 
 from runner.config.errors import ConfigError
+
+Distribution = (
+    optuna.distributions.FloatDistribution
+    | optuna.distributions.IntDistribution
+    | optuna.distributions.CategoricalDistribution
+)
+
+
+def interval(key: str, low: float, high: float, log_scale: bool) -> Distribution:
+    """Floats in [low, high], on a log scale if asked; ``key``, the setting that gave it, names an empty
+    one in its refusal."""
+    if low >= high or (log_scale and low <= 0):
+        raise ConfigError(
+            f"{key}: interval({low:g}, {high:g}) is empty"
+            + (" or not positive (a log scale needs 0 < low < high)" if log_scale else "")
+        )
+    return optuna.distributions.FloatDistribution(low, high, log=log_scale)
+
+
+def stepped(values: list[Any], step: float) -> Distribution:
+    """A range's values, first to last by ``step``: integers where every value is one."""
+    if all(isinstance(value, int) for value in values):
+        return optuna.distributions.IntDistribution(values[0], values[-1], step=int(step))
+    return optuna.distributions.FloatDistribution(values[0], values[-1], step=float(step))
+
+
+def choice(values: list[Any]) -> Distribution:
+    return optuna.distributions.CategoricalDistribution(values)
+
+
+def checked_values(distribution: Distribution) -> list[Any]:
+    """The values of ``distribution`` that a setting's own check is given before a trial is asked for:
+    a choice's (its strings aside: those are config options, checked as such), a range's ends."""
+    if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+        return [value for value in distribution.choices if not isinstance(value, str)]
+    return [distribution.low, distribution.high]
 
 
 @dataclass

@@ -35,12 +35,6 @@ def in_sweep_dir(storage: str | None) -> bool:
     return storage in (None, JOURNAL)
 
 
-def shared_by_processes(storage: str | None) -> bool:
-    """Whether several sweeper processes may run this search at once: a journal file or a database
-    server; SQLite is one process's (``runner.cli.hydra.write_guard`` refuses a second one)."""
-    return storage is not None and not storage.startswith("sqlite:")
-
-
 def stored_study_exists(url: str) -> bool:
     """Whether a study file in the sweep directory is there already (else it is made only once the
     search's settings are checked)."""

@@ -11,9 +11,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator, ScalarEvent
 
-from runner.config.bounded_read import read_bounded
+from runner.config.bounded_read import UnreadableRecord, read_bounded, read_plain
 from runner.config.job_dirs import job_number
-from runner.config.plain_yaml import UnreadableRecord, read_plain
 from runner.observe.events import holds_only_events, wall_time_span
 from runner.observe.hparams import HPARAMS_FILE
 from runner.observe.records import RESULT_FILE, current_tag

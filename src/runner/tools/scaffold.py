@@ -11,9 +11,9 @@ import secrets
 import shutil
 from pathlib import Path
 
-from runner.config.code_folder import package_taken
 from runner.config.errors import ConfigError
 from runner.config.project import holds_a_run
+from runner.config.project_trust import package_taken
 
 PYPROJECT = """[build-system]
 requires = ["hatchling"]

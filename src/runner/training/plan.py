@@ -9,7 +9,7 @@ from runner.config.errors import ConfigError
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """What the loop is told, every value given: from a run's config, ``experiment/train.py``'s
+    """What the loop is told, every value given: from a run's config, ``experiment/assembly.py``'s
     ``loop_settings`` (the defaults are the schema's, in ``config/schema.py``)."""
 
     max_steps: int | None

@@ -23,8 +23,7 @@ from runner.checkpoint.durable import NO_SPACE, REFUSED_WRITES, refused_write
 from runner.cli.arguments import CommandLine
 from runner.cli.exits import exit_with
 from runner.cli.hydra.hydra_start import check_folder_names, new_sweep_dir, planned_run_dir
-from runner.cli.hydra.project_defaults import all_options_of, no_such_option, project_defaults_error
-from runner.cli.hydra.suggest import closest_argument
+from runner.cli.hydra.suggest import all_options_of, closest_argument, no_such_option, project_defaults_error
 from runner.cli.hydra.write_guard import release_folders
 from runner.cli.hydra_help import help_without_schemas
 from runner.config.checks import check_deletable, check_section_key, check_top_level_key, check_value

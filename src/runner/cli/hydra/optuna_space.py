@@ -1,44 +1,35 @@
-"""What an Optuna search searches, read from Hydra's sweep syntax: ``hydra.sweeper.params`` and the
-command line's sweep overrides as Optuna distributions (``runner.search.space``), and the fixed
-settings every job gets; each checked against the config before a trial is asked for."""
+"""Hydra's sweep syntax read for a search: ``hydra.sweeper.params`` and the command line's sweep
+overrides, each param handed to ``runner.search.space`` as plain values (which Optuna distribution each
+becomes is the search's), and the fixed settings every job gets; each checked against the config, by
+Hydra's groups and OmegaConf's keys, before a trial is asked for. No Optuna here: the search is
+``runner.search``'s."""
 
 from collections.abc import Sequence
 
-import optuna
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, Transformer
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config.errors import ConfigError
-from runner.search.space import SearchSpace
+from runner.search.space import Distribution, SearchSpace, checked_values, choice, interval, stepped
 
 
-def distribution_of(override: Override) -> optuna.distributions.BaseDistribution | None:
-    """The Optuna distribution of a param in Hydra's sweep syntax; None for a fixed value.
+def distribution_of(override: Override) -> Distribution | None:
+    """The distribution of a param in Hydra's sweep syntax; None for a fixed value.
     ``interval(a, b)``: floats in [a, b] (``tag(log, ...)`` on a log scale); ``range(a, b, s)``: the
     values Hydra's range gives (b excluded), stepped; ``choice(...)``: those values."""
     if not override.is_sweep_override():
         return None
-    key = override.get_key_element()
+    key = f"hydra.sweeper.params.{override.get_key_element()}"
     if override.is_interval_sweep():
-        interval = override.value()
-        low, high = float(interval.start), float(interval.end)
-        log_scale = "log" in interval.tags
-        if low >= high or (log_scale and low <= 0):
-            raise ConfigError(
-                f"hydra.sweeper.params.{key}: interval({low:g}, {high:g}) is empty"
-                + (" or not positive (a log scale needs 0 < low < high)" if log_scale else "")
-            )
-        return optuna.distributions.FloatDistribution(low, high, log=log_scale)
+        bounds = override.value()
+        return interval(key, float(bounds.start), float(bounds.end), "log" in bounds.tags)
     values = list(override.sweep_iterator(transformer=Transformer.encode))
     if not values:
-        raise ConfigError(f"hydra.sweeper.params.{key}: {override.input_line} gives no values")
+        raise ConfigError(f"{key}: {override.input_line} gives no values")
     if override.is_range_sweep() and not override.value().shuffle and len(values) > 1:
-        step = override.value().step
-        if all(isinstance(value, int) for value in values):
-            return optuna.distributions.IntDistribution(values[0], values[-1], step=int(step))
-        return optuna.distributions.FloatDistribution(values[0], values[-1], step=float(step))
-    return optuna.distributions.CategoricalDistribution(values)
+        return stepped(values, override.value().step)
+    return choice(values)
 
 
 def search_space(params: dict[str, str] | None, arguments: Sequence[str]) -> SearchSpace:
@@ -81,11 +72,7 @@ def check_keys(space: SearchSpace, config: DictConfig) -> None:
             continue
         if OmegaConf.select(config, key, default=missing) is missing:
             raise ConfigError(f"{given}: the config has no key {key}")
-        if isinstance(distribution, optuna.distributions.CategoricalDistribution):
-            values = [value for value in distribution.choices if not isinstance(value, str)]
-        else:
-            values = [distribution.low, distribution.high]
-        for value in values:
+        for value in checked_values(distribution):
             try:
                 check_value(key, value)
             except ConfigError as error:

@@ -15,7 +15,7 @@ from runner.config.errors import UserError
 from runner.experiment.lock import RunDirBusy, hold, release_held
 from runner.experiment.undo import remove_new_run_dir
 from runner.experiment.write_places import check_not_start_folder, check_run_folder, check_sweep_folder
-from runner.search import SEVERAL_PROCESSES
+from runner.search import SEVERAL_PROCESSES, shared_by_processes
 
 WRITING_COMMANDS = ("train", "lr_find")  # doctor writes nothing
 # The folders lock_folder made, each with the folder above it that existed: one still empty at the end
@@ -82,11 +82,9 @@ def shared_by_search_processes(config: DictConfig) -> bool:
     """Whether the sweep is runner's Optuna search on a storage made for several processes (a journal
     file or a database server, not SQLite)."""
     sweeper = config.hydra.sweeper
-    storage = sweeper.get("storage")  # as runner.search.storage.shared_by_processes (without Optuna)
-    return (
-        sweeper.get("_target_") == SWEEPER_TARGET
-        and storage is not None
-        and not str(storage).startswith("sqlite:")
+    storage = sweeper.get("storage")
+    return sweeper.get("_target_") == SWEEPER_TARGET and shared_by_processes(
+        None if storage is None else str(storage)
     )
 
 
