@@ -174,14 +174,9 @@ class Validator:
     def __post_init__(self) -> None:
         self.cadence = ValidationCadence.of(self.settings)
 
-    def at_step(self, state: TrainState) -> bool | None:
-        """After an optimizer step that ends no epoch: whether its validation improved; ``None``
-        without one."""
-        return self.once(state) if self.cadence.at_step(state.step) else None
-
     def at_epoch_end(self, state: TrainState) -> bool | None:
-        """After the position moved to the next epoch: the same, where the steps' or the epochs'
-        cadence says."""
+        """After the position moved to the next epoch, where the steps' or the epochs' cadence says:
+        whether the validation improved; ``None`` without one."""
         return self.once(state) if self.cadence.at_epoch_end(state.epoch, state.step) else None
 
     def at_end(self, state: TrainState) -> bool | None:
@@ -241,15 +236,6 @@ def checkpoint_step(
     if epoch_ended:
         checkpointer.after_epoch(state)
     checkpointer.after_step(state)
-
-
-def stop_asked(stop: StopFlag | None, state: TrainState, context: Context) -> bool:
-    """Whether a stop signal (kept in the state: the run saves and exits without validating) or a
-    callback asks the run to stop at this step boundary."""
-    if stop is not None and (signal_number := stop.requested()) is not None:
-        state.stopped_by_signal = signal_number
-        return True
-    return context.stop_reason is not None
 
 
 def end_run(
@@ -320,10 +306,13 @@ def fit(
                 if epoch_ended:
                     improved = end_epoch(state, context, schedule, hooks.callbacks, validator)
                 else:
-                    improved = validator.at_step(state)
+                    improved = validator.once(state) if validator.cadence.at_step(state.step) else None
                 hooks.times.now_in("checkpoint")
                 checkpoint_step(hooks.checkpointer, guard, state, improved, epoch_ended)
-                if stop_asked(hooks.stop, state, context) or state.step >= total_steps or epoch_ended:
+                if hooks.stop is not None and (signal_number := hooks.stop.requested()) is not None:
+                    state.stopped_by_signal = signal_number
+                    break
+                if context.stop_reason is not None or state.step >= total_steps or epoch_ended:
                     break
             if not epoch_had_batches:
                 raise no_batch_in(state.epoch)

@@ -53,7 +53,7 @@ def epoch_windows(
     windows = accumulation_windows(batches, micro_batches_per_step)
     if loaders.sampler is None:  # a stream
         return read_ahead(windows, loaders.stream_position)
-    return ((window, False) for window in windows)
+    return zip(windows, itertools.repeat(False))  # a map-style epoch's end is counted
 
 
 def no_batch_in(epoch: int) -> UserError:
