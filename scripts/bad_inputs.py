@@ -68,7 +68,7 @@ def print_result(result: Result) -> None:
           f"{result.seconds:5.1f}s {' '.join(flags)} | {result.last_line[:150]}", flush=True)  # fmt: skip
 
 
-OTHER = ("other", "refused", "timeout")
+OTHER = ("other", "another message", "refused", "timeout")
 
 
 def totals(results: list[Result]) -> dict[str, int]:
@@ -84,7 +84,7 @@ def totals(results: list[Result]) -> dict[str, int]:
         "sweep job failed, the others ran (exit 1)": count(("job failed",)),
         "tracebacks": count(("traceback",)),
         "accepted wrongly": count(("accepted",)),
-        "other (multi-line, other exit, valid command refused, timeout)": count(OTHER),
+        "other (multi-line, another message, other exit, valid command refused, timeout)": count(OTHER),
         "skipped": count(("skipped",)),
         "wrote files (where they should not)": sum(
             bool(result.wrote) and not result.may_write for result in results

@@ -120,6 +120,8 @@ def process_state(tmp_path_factory):
 
 @pytest.mark.parametrize("case", HERE, ids=[case.id for case in HERE])
 def test_hostile_input_in_this_process(case, base_run, tmp_path, monkeypatch, capfd, process_state):
+    if case.id.endswith(("cuda", "cuda0")) and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
     cwd, marker = tmp_path / "work", tmp_path / "marker" / "CREATED_BY_CODE_EXECUTION"
     cwd.mkdir()
     marker.parent.mkdir()

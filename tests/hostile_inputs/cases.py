@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from dataclasses import replace
 
 from hostile_inputs.fixtures import DEEP_RESULT_SWEEP, ESCAPED_WHERE, FORGED_52, I32_SWEEP, QUICK, RESUME_RUN
 from hostile_inputs.judging import (
@@ -585,3 +586,113 @@ CASES += [
     case("i52-no-project-small-gru", "train model=small_gru"),
     case("i52-max-epoch-typo", "train trainer.max_epoch=5"),
 ]  # fmt: skip
+
+
+# What some refusals must say, word for word where it matters (then the line is the only one on stderr):
+# the named tests that checked these through their own subprocesses now check them here.
+SAYS: dict[str, str | tuple[str, ...]] = {
+    "value-clip-0": "clip=0 is not allowed; clip must be a finite number > 0, or null",
+    "value-clip-negative": "clip=-1 is not allowed; clip must be a finite number > 0",
+    "value-clip-string": "clip=abc is not allowed; clip must be a finite number > 0",
+    "value-accumulate-0": "accumulate=0 is not allowed; accumulate must be an integer >= 1",
+    "value-accumulate-float": "accumulate=1.5 is not allowed; accumulate must be an integer >= 1",
+    "value-precision-fp8": "precision=fp8 is not allowed; precision must be one of fp32, amp, bf16",
+    "device-tpu": "device=tpu is not allowed; device must be auto, cpu, cuda, cuda:N or mps",
+    "device-cuda0": "is not available: this machine has no CUDA device",
+    "device-cuda": "device=cuda is not available: this machine has no CUDA device",
+    "device-huge-index": "is not a device; device must be auto, cpu, cuda, cuda:N or mps",
+    "value-lr-negative": "optimizer.lr=-1 is not allowed; optimizer.lr must be a finite number >= 0",
+    "value-lr-inf": "optimizer.lr=inf is not allowed; optimizer.lr must be a finite number >= 0",
+    "value-lr-1e400": "optimizer.lr=inf is not allowed",
+    "value-lr-list-in-a-single-run": "optimizer.lr=-1 is not allowed",
+    "value-batch_size-0": "data.batch_size=0 is not allowed; data.batch_size must be an integer >= 1",
+    "value-max_steps-negative": "trainer.max_steps=-5 is not allowed; trainer.max_steps must be an integer",
+    "value-fused-maybe": "optimizer.fused=maybe is not allowed; optimizer.fused must be true, false or null",
+    "value-val_fraction-1.5": "val_fraction=1.5 is not allowed; it must be a number in (0, 1)",
+    "key-unknown-top": "foo=1: 'foo' is not a config key; known top-level keys: accumulate, ",
+    "key-plus-foo": "foo=1: 'foo' is not a config key; known top-level keys: accumulate, ",
+    "key-trainer-max_step": (
+        "trainer.max_step=5: trainer has no key max_step; did you mean trainer.max_steps? its keys: "
+        "max_steps,"
+    ),
+    "key-model-hiden": "model.hiden: model has no key hiden; did you mean model.hidden (an argument of ",
+    "value-model-target-nope": (
+        "model._target_=nope.nothing could not be built (ModuleNotFoundError: No module named 'nope')"
+    ),
+    "value-dataset-target-not-in-module": (
+        "data.dataset._target_=runner.data.no_such_loader could not be built"
+    ),
+    "syntax-umlaut-device": "device=cpü: not a valid override (",
+    "syntax-unclosed-list": "model.hidden=[64: not a valid override (",
+    "group-optimizer-lion": "optimizer=lion: no such option; optimizer is one of adam, adamw, sgd",
+    "group-model-climbs-out": (
+        "model=../../elsewhere: no such option; model is one of char_rnn, char_transformer, cnn,"
+    ),
+    "group-hydra-launcher-null": "hydra/launcher=null: a config group takes one of its options, not null; ",
+    "null-model": "model=null: model must name one of its options: char_rnn, char_transformer, cnn,",
+    "delete-clip": "~clip: clip is one of runner's settings and cannot be deleted; set it instead",
+    "cli-multirun-and-cfg-job": "--cfg and --multirun: give one of them",
+    "value-hidden-zero": (
+        "model: runner.models.mlp refused input_shape=[1, 8, 8], num_outputs=10, hidden=[0], "
+    ),
+    "ctor-dropout-negative": "dropout=-0.1 is not allowed; dropout must be a number in [0, 1)",
+    "ctor-betas-2-3": "optimizer.betas=[2, 3] is not allowed; optimizer.betas must be two numbers in [0, 1)",
+    "ctor-sgd-nesterov-no-momentum": "optimizer: torch.optim.SGD refused lr=0.01, momentum=0.0, ",
+    "place-dangling-outputs-symlink": ("cannot write outputs: it is a link to ", "hydra.run.dir=DIR"),
+    "place-proc-run-dir": ("cannot write /proc/runner_test: No such file or directory", "hydra.run.dir=DIR"),
+    "place-run-dir-under-a-file": ("cannot write /etc/passwd/run: Not a directory", "hydra.run.dir=DIR"),
+    "fit-char_rnn-on-digits": (
+        "the model (CharRNN) and the data do not fit: on the first batch, list of 2 (Tensor[32, 1, 8, 8] "
+        "float32, Tensor[32] int64), the model and loss=CrossEntropyLoss failed"
+    ),
+    "fit-num_outputs-too-few": "the first batch has class labels 0..9, but the model has 3 outputs",
+    "cli-unknown-flag": "--nope: not a flag; the flags are Hydra's",
+    "value-ema-decay-1.5": (
+        "callbacks.ema: runner.training.callbacks.EMA refused decay=1.5, warmup=false, inv_gamma=1.0, "
+        "power=null (ValueError: ema takes a decay in (0, 1)"
+    ),
+    "sweep-glob-on-a-setting": "optimizer.lr=glob(*): glob() picks options of a config group (callbacks, ",
+    "sweep-glob-matches-nothing": (
+        "model=glob(zz*): matches none of the options of model: char_rnn, char_transformer, cnn, mlp"
+    ),
+    "sweep-joblib-n_jobs-0": (
+        "hydra.launcher.n_jobs=0: the joblib launcher runs n_jobs jobs at once; give a positive number, or "
+        "-1 for one job per CPU core"
+    ),
+    "sweep-submitit-timeout-negative": (
+        "hydra.launcher.timeout_min=-1: the submitit launcher's timeout_min is at least 1"
+    ),
+    "sweep-dir-unset-env-var": (
+        f"hydra.sweep.dir=sweeps/{UNSET}: it cannot be resolved (KeyError raised while resolving "
+        "interpolation: \"Environment variable 'RUNNER_BAD_INPUTS_UNSET' not found\")"
+    ),
+    "run-dir-unset-env-var": f"hydra.run.dir=runs/{UNSET}: it cannot be resolved",
+    "run-dir-300-character-name": "is 300 bytes long; file systems take names of at most 255 bytes",
+    "sweep-subdir-300-character-name": "is 300 bytes long; file systems take names of at most 255 bytes",
+    "doctor-multirun": (
+        "doctor looks at one configuration, so it takes no -m/--multirun (sweeps are for train); run doctor "
+        "once per setting"
+    ),
+    "lr_find-multirun": "lr_find looks at one configuration, so it takes no -m/",
+    "report-summary-csv-is-a-folder": (
+        "runner: error: cannot write sweep/summary.csv: Is a directory; move that folder away: the summary "
+        "is written under its name"
+    ),
+    "resume-read-only-run-dir": (
+        "runner: error: resume=run: ",
+        "/run is read-only, and a resume writes its checkpoints and logs into the run directory; make it "
+        "writable (chmod -R u+w ",
+        "/run) or resume a copy of the run",
+    ),
+    "cli-unknown-command": "unknown command 'fit'",
+}
+CASES += [
+    case("device-cuda", "train device=cuda"),
+    case("value-lr-list-in-a-single-run", "train optimizer.lr=1e-3,-1"),
+    case("value-max_steps-negative", "train trainer.max_steps=-5"),
+    case("value-dataset-target-not-in-module", "train data.dataset._target_=runner.data.no_such_loader"),
+    case("group-model-climbs-out", "train model=../../elsewhere"),
+    case("group-hydra-launcher-null", "train hydra/launcher=null"),
+    case("cli-multirun-and-cfg-job", "train -m seed=1,2 --cfg job"),
+]
+CASES = [replace(case, says=SAYS[case.id]) if case.id in SAYS else case for case in CASES]

@@ -37,6 +37,8 @@ class Case:
     env: tuple[tuple[str, str], ...] = ()  # environment variables set for it ({free_port}: a free port)
     torchrun: bool = False  # run under torchrun with 2 processes
     cwd: str = ""  # the folder inside the working directory the command runs in
+    # What a refusal's line must say (each part); then it is the only line on stderr.
+    says: str | tuple[str, ...] = ()
 
 
 @dataclass
@@ -160,6 +162,12 @@ def is_one_line(exit_code: int | None, stderr: str) -> bool:
     )
 
 
+def says_what_it_should(case: Case, stderr: str) -> bool:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    parts = (case.says,) if isinstance(case.says, str) else case.says
+    return not parts or (len(lines) == 1 and all(part in lines[0] for part in parts))
+
+
 def judge(case: Case, exit_code: int | None, stdout: str, stderr: str, marker: bool, timed_out: bool) -> str:
     if marker:
         return "CODE-EXEC"
@@ -176,7 +184,9 @@ def judge(case: Case, exit_code: int | None, stdout: str, stderr: str, marker: b
     if case.expect == REFUSE:
         if exit_code == 0:
             return "accepted"
-        return "one-line" if is_one_line(exit_code, stderr) else "other"
+        if not is_one_line(exit_code, stderr):
+            return "other"
+        return "one-line" if says_what_it_should(case, stderr) else "another message"
     if exit_code == 0:
         return "ok"
     return "refused" if is_one_line(exit_code, stderr) else "other"
