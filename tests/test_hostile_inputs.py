@@ -28,8 +28,8 @@ from runner.cli.train import main_train
 HERE = [case for case in CASES if not needs_a_process(case)]
 # One or two of each reason a case needs a process of its own; every one: scripts/bad_inputs.py.
 AS_PROCESSES = [case for case in CASES if case.id in {
-    "torchrun-bad-value", "place-readonly-outputs", "resume-read-only-run-dir", "report-full-disk",
-    "env-world_size-junk", "env-rank-0-without-peers", "sharded-index-memory-error",
+    "torchrun-existing-run", "place-readonly-outputs", "resume-read-only-run-dir", "report-full-disk",
+    "env-rank-0-without-peers", "env-rank-1-without-rank-0", "sharded-index-memory-error",
     "i32b-eval-with-planted-modules", "i39-train-code-folder-hides-torch",
     "i52-train-sitecustomize-in-code-folder",
 }]  # fmt: skip

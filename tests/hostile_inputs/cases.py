@@ -685,6 +685,38 @@ SAYS: dict[str, str | tuple[str, ...]] = {
         "/run) or resume a copy of the run",
     ),
     "cli-unknown-command": "unknown command 'fit'",
+    "rundir-finished-run-no-resume": "run: run already holds a run (checkpoints/, ",
+    "rundir-killed-run-no-resume": "to continue it, give resume=run (or resume=auto)",
+    "rundir-stray-submitit-executor": "run already holds a run",
+    "rundir-resume-null": "run already holds a run",
+    "rundir-named-by-a-config-file": "hydra.run.dir=run: run already holds",
+    "rundir-empty": "hydra.run.dir=: an empty hydra.run.dir writes into the current",
+    "rundir-blank": "an empty hydra.run.dir writes into the current folder",
+    "rundir-sweep-dir-empty": "an empty hydra.sweep.dir writes",
+    "bounds-num_workers-100000": (
+        "data.num_workers=100000 is not allowed; data.num_workers must be an integer in [0, "
+    ),
+    "bounds-max_steps-2pow64": (
+        "trainer.max_steps=18446744073709551616 is not allowed; 18446744073709551616 does not fit in 64 bits"
+    ),
+    "bounds-hidden-2pow70-in-list": "model.hidden=[64, 1180591620717411303424] is not allowed",
+    "bounds-sweep-seed-2pow63": "seed=9223372036854775808 is not ",
+    "env-world_size-junk": "WORLD_SIZE='two' (an environment variable) is not allowed",
+    "env-world_size-0": "WORLD_SIZE must be an integer >= 1",
+    "env-rank-junk": "RANK='x' (an environment variable) is not allowed; RANK must be 0",
+    "env-rank-past-world_size": "RANK must be an integer in [0, 2)",
+    "env-local_rank-negative": "LOCAL_RANK='-1' (an environment variable) is not",
+    "env-world_size-2-alone": (
+        "WORLD_SIZE=2 asks for 2 processes, but RANK, MASTER_ADDR, MASTER_PORT are not set; start several "
+        "processes with torchrun"
+    ),
+    "env-master_port-junk": "MASTER_PORT='http'",
+    "env-rank-0-without-peers": (
+        "WORLD_SIZE=2: the 2 processes did not all meet at 127.0.0.1:",
+        "within peer_timeout_s=3",
+    ),
+    "env-rank-1-without-rank-0": "within peer_timeout_s=3 (rank 0 is not listening there)",
+    "torchrun-existing-run": ("runner: error: hydra.run.dir=run: ", "already holds a run"),
 }
 CASES += [
     case("device-cuda", "train device=cuda"),

@@ -174,7 +174,9 @@ def judge(case: Case, exit_code: int | None, stdout: str, stderr: str, marker: b
     if timed_out:
         return "timeout"
     if case.expect == TORCHRUN_REFUSE:
-        return "one line per rank" if refused_per_rank(stdout + stderr) else "other"
+        ours = "\n".join(line for line in (stdout + stderr).splitlines() if line.startswith("runner:"))
+        fine = refused_per_rank(stdout + stderr) and says_what_it_should(case, ours.split("\n")[0])
+        return "one line per rank" if fine else "other"
     if TRACEBACK in stdout or TRACEBACK in stderr:
         return "traceback"
     if case.expect == DIAGNOSE:

@@ -32,7 +32,6 @@ from hostile_inputs.judging import (
 UNPRIVILEGED = ("setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--")
 TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m")
 FINE = ("one-line", "ok", "diagnosed", "job failed", "one line per rank")
-STARTUP_VARIABLES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
 # Fixtures that plant a module where a starting interpreter would import it (the start folder, a
 # project's code folder): only a fresh process shows whether it runs.
 PLANTING_FIXTURES = {"planted_modules", "i39_project_planted_root", "i39_empty_table_planted",
@@ -44,8 +43,8 @@ def needs_a_process(case: Case) -> str:
     needs = set(case.needs)
     if case.torchrun:
         return "torchrun"
-    if any(name in STARTUP_VARIABLES for name, _ in case.env):
-        return "environment variables torch.distributed reads at start-up"
+    if any("{free_port}" in value for _, value in case.env):
+        return "torch.distributed's processes meet at a port"
     if needs & UNPRIVILEGED_FIXTURES:
         return "runs unprivileged (setpriv)"
     if needs & MOUNTED_FIXTURES:
