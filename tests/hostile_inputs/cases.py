@@ -329,7 +329,7 @@ CASES: list[Case] = [
     case("lr_find-val_fraction-1.5", "lr_find data.dataset.val_fraction=1.5"),
     case("lr_find-plus-foo", "lr_find +foo=1"),
     case("lr_find-model-target-nope", "lr_find model._target_=nope.nothing"),
-    # --- issue 25, part C: the last tracebacks of the second pass, and joblib/submitit settings ---
+    # Sweep patterns, launcher settings, run and sweep folder names, damaged sweeps and full disks.
     case("sweep-glob-on-a-setting", f"train -m {QUICK} optimizer.lr=glob(*)"),
     case("sweep-glob-matches-nothing", f"train -m {QUICK} model=glob(zz*)"),
     case("sweep-joblib-n_jobs-0", f"train -m {QUICK} seed=1,2 hydra/launcher=joblib hydra.launcher.n_jobs=0"),
@@ -350,7 +350,6 @@ CASES: list[Case] = [
     case("report-full-disk", "report sweep", needs=("full_sweep",)),
     case("lr_find-full-disk", "lr_find", needs=("full_outputs",)),
     case("resume-read-only-run-dir", "train resume=run trainer.max_steps=30", needs=("readonly_run",)),
-    # --- end of issue 25, part C ---
     # The command itself.
     case("cli-unknown-command", "fit"),
     case("cli-command-uppercase", "TRAIN"),
@@ -361,7 +360,7 @@ CASES: list[Case] = [
 ]
 
 
-# ---- issue 25, part A: no config read from a file runs code (helper t25a) ----------------------------
+# No config read from a file runs code: escaped interpolations, forged studies.
 # A value that is still an interpolation once resolved (an escaped \${oc.create:...}) in a checkpoint's
 # stored config or a run directory's record, and pickled sampler state in an Optuna study's database.
 SEARCH = f"train -m hparams_search=digits_optuna hydra.sweep.dir=sweep hydra.sweeper.n_trials=2 {QUICK}"

@@ -187,7 +187,7 @@ def full_disk(dest: Path, ctx: Context) -> None:
         raise Skip("cannot mount a 3 MiB tmpfs here")
 
 
-# --- issue 25, part C: fixtures ---
+# Sweeps to report on, damaged; full disks.
 def small_sweep(dest: Path, ctx: Context) -> None:
     """A sweep of two jobs, each the fixture run without its checkpoints (what report reads)."""
     for job in ("0", "1"):
@@ -251,7 +251,6 @@ ISSUE_25C_FIXTURES: dict[str, tuple[str, Callable[[Path, Context], None]]] = {
     "readonly_run": ("run", readonly_run),
 }
 MOUNTED_FIXTURES = {"full_disk", "full_sweep", "full_outputs"}
-# --- end of issue 25, part C: fixtures ---
 
 
 # name -> (where it goes in the working directory, builder)
@@ -455,15 +454,11 @@ FIXTURES.update({
     "sharded_linked_shard": ("run", damaged_sharded_run("linked-shard")),
 })  # fmt: skip
 
-# ---- end of issue 25, part B ----
 
-
-# ---- issue 25, hidden check (rev25) ----
-# Payloads the three helpers of issue 25 did not try: an option a run directory's record places among
-# Hydra's own settings (Hydra builds hydra.callbacks before runner checks the config), a live
-# interpolation in a record or in a checkpoint's config (a resolver reads the environment; names that
-# name each other grow without bound), files nested too deeply, and checkpoints whose keys hold what
-# runner never saves there.
+# An option a run directory's record places among Hydra's own settings (Hydra builds hydra.callbacks
+# before runner checks the config), a live interpolation in a record or in a checkpoint's config (a
+# resolver reads the environment; names that name each other grow without bound), files nested too
+# deeply, and checkpoints whose keys hold what runner never saves there.
 LIVE_CREATE = "${{oc.create:{{_target_: " + TOUCH + ", self: {marker}}}}}"  # {marker}: filled in
 HYDRA_CALLBACK = (
     "+scheduler@hydra.callbacks.evil=onecycle",
@@ -676,10 +671,9 @@ FIXTURES.update({
     **{f"i32_study_{how}": ("sweep", i32_study(how))
        for how in ("low-above-high", "attr-not-json", "attr-deep")},
 })  # fmt: skip
-# ---- end of issue 32, items 1, 5, 8 (i32a) ----
 
 
-# ---- issue 32, items 2, 3, 4, 6, 7 (i32b): links, the start folder, one lock, ranges, imports ----
+# Links, the start folder, one lock, ranges, imports.
 # A link or a file planted where runner or Hydra writes; a folder another live process holds; values
 # out of range (settings, a checkpoint's counters, a model's count, a sampler's index); a module
 # planted in the folder runner is started in. Every one refused in one line, before anything is written.
@@ -760,10 +754,9 @@ FIXTURES.update({
         for name in ("matplotlib", "yaml", "tomllib", "pandas")]),
     "bad_plugins.py": ("bad_plugins.py", module(BAD_PLUGINS)),
 })  # fmt: skip
-# ---- end of issue 32 (i32b) ----
 
 
-# ---- issue 39: project discovery, init ----------------------------------------------------------
+# Project discovery and init.
 # A pyproject.toml with [tool.runner] in the folder a command starts in or above it: only the commands
 # that build the user's model or data import its code, a code folder never hides a library, a run's
 # folder is never a project, the file is read bounded, and messages name it. A module planted where the
@@ -828,10 +821,9 @@ FIXTURES.update({
         DEFAULTS_39.format('"hydra/sweeper/sampler" = "tpe"'))),
     "i39_group_climbs": ("pyproject.toml", project_here(DEFAULTS_39.format('"../../etc" = "passwd"'))),
 })  # fmt: skip
-# ---- end of issue 39 ----
 
 
-# ---- issue 52: projects above, bounded resumes, export, forged keys, MLflow stores, a model's own step ----
+# Projects above, bounded resumes, export, forged keys, MLflow stores, a model's own step.
 OWN_STEPS = """import math
 
 import torch

@@ -110,12 +110,6 @@ def refused_per_rank(output: str) -> bool:
     )  # fmt: skip
 
 
-# ---- end of issue 52 ----
-
-
-# Running and judging.
-
-
 def snapshot(root: Path) -> dict[str, tuple[int, int] | None]:
     """Every file (path -> (size, mtime_ns)) and directory (path -> None) under ``root``."""
     seen: dict[str, tuple[int, int] | None] = {}
