@@ -587,8 +587,8 @@ CASES += [
 ]  # fmt: skip
 
 
-# What some refusals must say, word for word where it matters (then the line is the only one on stderr):
-# the named tests that checked these through their own subprocesses now check them here.
+# What some refusals' error lines must say, word for word where it matters: the named tests that checked
+# these through subprocesses of their own now check them here.
 SAYS: dict[str, str | tuple[str, ...]] = {
     "value-clip-0": "clip=0 is not allowed; clip must be a finite number > 0, or null",
     "value-clip-negative": "clip=-1 is not allowed; clip must be a finite number > 0",
@@ -716,6 +716,69 @@ SAYS: dict[str, str | tuple[str, ...]] = {
     ),
     "env-rank-1-without-rank-0": "within peer_timeout_s=3 (rank 0 is not listening there)",
     "torchrun-existing-run": ("runner: error: hydra.run.dir=run: ", "already holds a run"),
+    "i32-eval-shared-values": (
+        "more work to check than a file of its size holds (values shared many times over)"
+    ),
+    "i32-resume-shared-values": "no valid checkpoint in",
+    "i32-resume-alias-overrides": "holds a YAML alias (*a0), which no record runner or Hydra writes",
+    "i32-report-unicode-digit-job": "report grid/\u00b3: there is no such directory",
+    "i32-resolver-sweep-job-dir-junk": "hydra.sweep.subdir",
+    "i32-resolver-sweep-overrides-junk": "hydra.sweep.subdir",
+    "i32-resume-last-is-a-folder": "checkpoints/last.pt is not a file",
+    "i32-resume-seed-negative": "no valid checkpoint in",
+    "i32-resume-seed-huge": "no valid checkpoint in",
+    "i32-search-study-low-above-high": "cannot be read",
+    "i32-search-study-attr-not-json": "cannot be read",
+    "i32-search-study-attr-deep": "cannot be read",
+    "hidden-resume-record-option-in-hydra-callbacks": (
+        "holds +scheduler@hydra.callbacks.evil=onecycle, which runner does not re-apply"
+    ),
+    "hidden-resume-latest-record-option-in-hydra-callbacks": (
+        "holds +scheduler@hydra.callbacks.evil=onecycle, which runner does not re-apply"
+    ),
+    "hidden-resume-record-option-in-global-hydra": (
+        "holds +scheduler@_global_.hydra.callbacks.evil=onecycle, which runner does not re-apply"
+    ),
+    "hidden-resume-record-option-as-job-logging": (
+        "holds +callbacks@hydra.job_logging=ema, which runner does not re-apply"
+    ),
+    "hidden-resume-record-env-interpolation": (
+        "holds optimizer.lr=${oc.env:RUNNER_BAD_INPUTS_LR}, an interpolation, which runner does not resolve "
+        "from a run directory"
+    ),
+    **{
+        f"hidden-eval-live-{name}": (
+            f"checkpoint live_{name}.pt holds model.",
+            "an interpolation; runner saves a run's config resolved",
+        )
+        for name in ("bomb", "create")
+    },
+    "hidden-eval-config-nested-too-deep": "its contents are nested too deeply for a runner checkpoint",
+    "hidden-resume-record-nested-too-deep": (
+        "cannot be read (it is nested too deeply, more than 100 levels); the run directory is damaged"
+    ),
+    "hidden-resume-forged-step-text": "no valid checkpoint in",
+    "hidden-resume-forged-rng-junk": "its random states are not ones runner saves",
+    "hidden-resume-forged-config-empty": "these settings differ from the run being resumed",
+    "hidden-resume-lock-nested-too-deep": (" is locked by ", ".lock, which cannot be read"),
+    "hidden-resume-lock-is-a-fifo": (" is locked by ", ".lock, which cannot be read"),
+}
+# What a command prints besides (its warnings), each part.
+PRINTS: dict[str, tuple[str, ...]] = {
+    "i32-report-alias-records": (
+        "skipping sweep/000_seed=1/.hydra/overrides.yaml: it holds a YAML alias (*a0)",
+        "skipping sweep/001_seed=2/run.yaml: it holds a YAML alias (*a0)",
+    ),
+    "i32-report-junk-events": ("events.out.tfevents.1.junk", "not events"),
+    "i32-report-odd-job-names": ("its name is not UTF-8",),
+    "i32-resume-seed-negative": ("seed (", "not hold what runner saves there"),
+    "i32-resume-seed-huge": ("seed (", "not hold what runner saves there"),
+    "hidden-resume-last-nested-too-deep": ("skipping checkpoint", "nested too deeply"),
+    "hidden-report-fifo-result-and-device-events": (
+        "skipping sweep/1/result.json: it is not a plain file",
+        "skipping sweep/1/events.out.tfevents.9.zero: it is not a plain file",
+        "wrote sweep/summary.csv",
+    ),
 }
 CASES += [
     case("device-cuda", "train device=cuda"),
@@ -726,4 +789,4 @@ CASES += [
     case("group-hydra-launcher-null", "train hydra/launcher=null"),
     case("cli-multirun-and-cfg-job", "train -m seed=1,2 --cfg job"),
 ]
-CASES = [replace(case, says=SAYS[case.id]) if case.id in SAYS else case for case in CASES]
+CASES = [replace(case, says=SAYS.get(case.id, ()), prints=PRINTS.get(case.id, ())) for case in CASES]

@@ -37,8 +37,10 @@ class Case:
     env: tuple[tuple[str, str], ...] = ()  # environment variables set for it ({free_port}: a free port)
     torchrun: bool = False  # run under torchrun with 2 processes
     cwd: str = ""  # the folder inside the working directory the command runs in
-    # What a refusal's line must say (each part); then it is the only line on stderr.
+    # What a refusal's error line holds, each part (any line before it a runner warning); what the
+    # output holds besides (stdout and stderr, each part), a valid command's warnings too.
     says: str | tuple[str, ...] = ()
+    prints: tuple[str, ...] = ()
 
 
 @dataclass
@@ -156,10 +158,14 @@ def is_one_line(exit_code: int | None, stderr: str) -> bool:
     )
 
 
-def says_what_it_should(case: Case, stderr: str) -> bool:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    parts = (case.says,) if isinstance(case.says, str) else case.says
-    return not parts or (len(lines) == 1 and all(part in lines[0] for part in parts))
+def says_what_it_should(case: Case, stdout: str, stderr: str) -> bool:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    says = (case.says,) if isinstance(case.says, str) else case.says
+    error = not says or (
+        bool(lines) and all(part in lines[-1] for part in says)
+        and all(line.startswith("runner: warning:") for line in lines[:-1])
+    )  # fmt: skip
+    return error and all(part in stdout + stderr for part in case.prints)
 
 
 def judge(case: Case, exit_code: int | None, stdout: str, stderr: str, marker: bool, timed_out: bool) -> str:
@@ -168,8 +174,8 @@ def judge(case: Case, exit_code: int | None, stdout: str, stderr: str, marker: b
     if timed_out:
         return "timeout"
     if case.expect == TORCHRUN_REFUSE:
-        ours = "\n".join(line for line in (stdout + stderr).splitlines() if line.startswith("runner:"))
-        fine = refused_per_rank(stdout + stderr) and says_what_it_should(case, ours.split("\n")[0])
+        ours = [line for line in (stdout + stderr).splitlines() if line.startswith("runner:")]
+        fine = refused_per_rank(stdout + stderr) and says_what_it_should(case, "", ours[0])
         return "one line per rank" if fine else "other"
     if TRACEBACK in stdout or TRACEBACK in stderr:
         return "traceback"
@@ -182,9 +188,9 @@ def judge(case: Case, exit_code: int | None, stdout: str, stderr: str, marker: b
             return "accepted"
         if not is_one_line(exit_code, stderr):
             return "other"
-        return "one-line" if says_what_it_should(case, stderr) else "another message"
+        return "one-line" if says_what_it_should(case, stdout, stderr) else "another message"
     if exit_code == 0:
-        return "ok"
+        return "ok" if says_what_it_should(case, stdout, stderr) else "another message"
     return "refused" if is_one_line(exit_code, stderr) else "other"
 
 
