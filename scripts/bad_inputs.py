@@ -12,7 +12,8 @@ status and output:
   stderr lines, no traceback (what a refused command should give);
 - ``ok``: exit 0 where the command is valid (``ok-no-write`` cases must also write nothing);
 - ``diagnosed``: ``doctor`` on a model and data that do not fit: a failing check, exit 1;
-- ``traceback``, ``accepted`` (exit 0 where it should be refused), ``other`` (e.g. Hydra's multi-line
+- ``traceback``, ``accepted`` (exit 0 where it should be refused), ``another message`` (the right exit,
+  without the words ``SAYS`` or ``PRINTS`` in ``cases.py`` give it), ``other`` (e.g. Hydra's multi-line
   message with exit 1), ``timeout``;
 - ``CODE-EXEC``: a checkpoint or run directory that names ``pathlib.Path.touch`` (or pickles a call to
   it) made runner create the file it names.
@@ -21,7 +22,7 @@ Files written: anything new, changed or removed in the working directory afterwa
 mtime_ns; ``__pycache__`` ignored), fixture run directories included. A case is fine when its verdict is
 the expected one and it wrote nothing it should not have.
 
-The cases, their fixtures and the judging live in ``tests/hostile_inputs/``; the suite runs every case
+The cases, their fixtures and the judging live in ``tests/hostile_inputs/``; the suite runs them
 (``tests/test_hostile_inputs.py``: in the test's process where the process is not the point, a sample of
 the others as processes). This is the long form: every case as its own process, with totals.
 """

@@ -2,8 +2,8 @@
 damaged and malicious checkpoints, tampered run folders), each through runner's real command-line entry
 and judged as ``scripts/bad_inputs.py`` judges them: the expected answer (a refusal in one line, exit 2,
 no traceback; a valid command's exit 0; doctor's failing check), nothing written that should not be, no
-code a file names run. In this process where the process is not the point; where it is (torchrun, the
-environment torch.distributed reads, setpriv, a mounted disk, modules a starting interpreter imports), a
+code a file names run. In this process where the process is not the point; where it is (torchrun,
+processes meeting at a port, setpriv, a mounted disk, modules a starting interpreter imports, FSDP), a
 sample as processes (slow). ``python scripts/bad_inputs.py`` runs every case as a process."""
 
 import logging
@@ -46,7 +46,14 @@ CASE_SECONDS = 120  # as the script's default timeout: a case that blocks (a FIF
 def base_run(tmp_path_factory) -> Path:
     """The finished run the fixtures copy, as the script builds it (20 steps of the default experiment)."""
     run_dir = tmp_path_factory.mktemp("base") / "run"
+    root, argv = logging.getLogger(), list(sys.argv)
+    handlers, level = list(root.handlers), root.level
     main_train(["trainer.max_steps=20", "trainer.max_epochs=null", f"hydra.run.dir={run_dir}"])
+    for handler in [handler for handler in root.handlers if handler not in handlers]:
+        root.removeHandler(handler)
+        handler.close()
+    root.setLevel(level)
+    sys.argv[:] = argv  # Hydra's logging and command line, as the modules after this one found them
     return run_dir
 
 
