@@ -85,7 +85,7 @@ def totals(results: list[Result]) -> dict[str, int]:
         "sweep job failed, the others ran (exit 1)": count(("job failed",)),
         "tracebacks": count(("traceback",)),
         "accepted wrongly": count(("accepted",)),
-        "other (multi-line, another message, other exit, valid command refused, timeout)": count(OTHER),
+        "other (multi-line, other words or exit, valid refused, timeout)": count(OTHER),
         "skipped": count(("skipped",)),
         "wrote files (where they should not)": sum(
             bool(result.wrote) and not result.may_write for result in results
