@@ -25,6 +25,7 @@ from runner.config.typed import as_dict
 from runner.data.loading import SamplerOrder, batches_per_epoch, stream_position
 from runner.experiment.finish import Run, report_end, resume_advice, watch_of
 from runner.experiment.lock import refuse_if_held, run_dir_lock
+from runner.experiment.optimizers import chosen_step
 from runner.experiment.parallel import oom_policy, spread_model
 from runner.experiment.profiling import check_profile
 from runner.experiment.resume import check_planned_values, check_resume_compatible, check_world_size
@@ -147,7 +148,7 @@ def train_in_this_process(
     learner = Learner(
         spread.forward_model, parts.loss_fn, optimizer, precision, device, speed.channels_last,
         config.data.target_key, skip_grad_sync=spread.skip_grad_sync, plain_model=model,
-        processes=process.world_size, memory=spread.memory, share_buffers=spread.share_buffers,
+        processes=process.world_size, step=chosen_step(optimizer, spread),
     )  # fmt: skip
     settings = loop_settings(config, build_named(build, "metrics", config.metrics), process)
     check_metrics_fit_loss(settings.metrics, parts.loss_fn)
