@@ -29,6 +29,8 @@ from runner.training.weighing import all_processes, window_weights
 
 @dataclass(frozen=True)
 class AgreeingStep:
+    """What the agreeing step holds beyond ``train_step``'s learner: the agreement and the buffers."""
+
     agreement: Agreement
     buffers: list[torch.Tensor]  # the model's, handed over from rank 0
 

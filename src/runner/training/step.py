@@ -1,12 +1,13 @@
 """One training step: an accumulation window of micro-batches becomes one optimizer update.
 Batches may be of any structure (see ``batches.py``).
 
-The one place runner does forward and backward: :func:`train_step`. Which step a learner trains with is
-chosen once, where its optimizers are built (``experiment/optimizers.py``: :class:`Step`): this one, a
-step the model writes (``manual_step.py``), or this one agreeing on out of memory with several
-processes (``agreeing_step.py``); ``fit``, doctor's checks, ``lr_find`` and ``oom.py`` call the
-learner's. How the micro-batches are weighed is ``weighing.py``; the update that ends the window
-(unscale, clip, guard, step) is ``update.py``, shared with a step the model writes.
+The one place runner does forward and backward: :func:`train_step`. Which step a learner trains with
+(a :class:`Step`) is chosen once, where its optimizers are built (``experiment/optimizers.py``'s
+``chosen_step``): this one, a step the model writes (``manual_step.py``), or this one agreeing on out of
+memory with several processes (``agreeing_step.py``); ``fit``, doctor's checks, ``lr_find`` and
+``oom.py`` call the learner's, so they train alike. How the micro-batches are weighed is
+``weighing.py``; the update that ends the window (unscale, clip, guard, step) is ``update.py``, shared
+with a step the model writes.
 """
 
 import itertools
