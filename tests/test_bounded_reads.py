@@ -153,12 +153,21 @@ def silent_server():
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
 
 
+def trackers_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "trackers"]
+
+
 def test_a_tracking_server_that_stops_answering_holds_the_run_up_seconds_then_is_left_out(
-    tmp_path, silent_server, caplog
+    tmp_path, silent_server, caplog, monkeypatch
 ):
-    """An MLflow run whose server stops answering mid-run (its client then waits and retries for
-    minutes): the checkpoint's wait for the trackers ends after ``answer_seconds``, with one warning,
-    and the run's later calls cost nothing."""
+    """An MLflow run whose server stops answering mid-run: the checkpoint's wait for the trackers ends
+    after ``answer_seconds``, with one warning, and the run's later calls cost nothing. The client has
+    HTTP limits, as runner gives it (``mlflow_tracker.HTTP_LIMITS``, shorter here): the run's end waits
+    out the call that did not answer within them, so that no thread of the run goes on retrying and
+    logging into the next run's ``train.log``."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    assert trackers_threads() == []
     tracker = MlflowTracker.__new__(MlflowTracker)  # its run started; then the server stops answering
     tracker.client, tracker.run_id = MlflowClient(tracking_uri=silent_server), "0" * 32
     trackers = Trackers([tracker], answer_seconds=1.0)
@@ -175,6 +184,7 @@ def test_a_tracking_server_that_stops_answering_holds_the_run_up_seconds_then_is
     assert warning.startswith(
         "logger mlflow did not answer within 1 s and is left out for the rest of the run"
     )
+    assert trackers_threads() == [], "a tracker call goes on after the run ended"
 
 
 def test_a_resume_refused_for_a_fifo_metrics_csv_leaves_its_train_log_as_it_was(

@@ -13,7 +13,7 @@ from runner.training.manual_step import manual_train_step
 from runner.training.named_optimizers import NamedOptimizers, NamedSchedulers
 from runner.training.precision import Precision
 from runner.training.schedules import ConstantLR
-from runner.training.step import Learner, train_step
+from runner.training.step import Learner
 
 CPU = torch.device("cpu")
 
@@ -53,7 +53,7 @@ def batches(count: int, inf_at: int | None = None, nan_target_at: int | None = N
 
 def learner_of(model: TwoParts, precision: Precision, clip_a: float | None) -> Learner:
     optimizers = {name: torch.optim.Adam(getattr(model, name).parameters(), lr=0.01) for name in ("a", "b")}
-    named = NamedOptimizers(optimizers, {"a": clip_a, "b": None}, {"a": {}, "b": {}}, manual_train_step)
+    named = NamedOptimizers(optimizers, {"a": clip_a, "b": None}, {"a": {}, "b": {}})
     return Learner(model, ModelLoss(), named, precision, CPU, False, "labels")
 
 
@@ -62,7 +62,7 @@ def test_one_scaler_unscales_each_optimizer_before_its_clip_and_skips_an_overflo
     scaled = Precision("amp", "fp32", "cpu", torch.amp.GradScaler("cpu", init_scale=2.0**8), None)
     learner = learner_of(runner_model, scaled, clip_a=0.1)
     data = batches(4, inf_at=2)
-    results = [train_step(learner, [batch], clip_norm=None) for batch in data]
+    results = [manual_train_step(learner, [batch], clip_norm=None) for batch in data]
 
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
     opt_a = torch.optim.Adam(hand_model.a.parameters(), lr=0.01)
@@ -95,7 +95,7 @@ def test_the_guard_skips_only_the_update_whose_gradient_is_not_finite():
     )
     (batch,) = batches(1, nan_target_at=0)
     before = copy.deepcopy(model.state_dict())
-    result = train_step(learner, [batch], clip_norm=None, check_finite=True)
+    result = manual_train_step(learner, [batch], clip_norm=None, check_finite=True)
     assert not result.applied
     assert torch.equal(model.b.weight, before["b.weight"])  # b's NaN gradient: its update skipped
     assert not torch.equal(model.a.weight, before["a.weight"])  # a's finite one applied

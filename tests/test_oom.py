@@ -16,6 +16,7 @@ from runner.checkpoint.state import TrainState, saved_keys
 from runner.config.errors import UserError
 from runner.experiment.parallel import memory_agreement, oom_policy
 from runner.training.distributed import ProcessInfo
+from runner.training.manual_step import MODELS_STEP
 from runner.training.memory_agreement import Agreement
 from runner.training.oom import TAG, OutOfMemoryStop, OutOfMemoryUnsaved, cut, step_within_memory
 from runner.training.precision import resolve_precision
@@ -190,11 +191,9 @@ def test_out_of_memory_in_a_step_the_model_writes_is_not_redone_nor_saved():
     discriminator, then its generator): the window cannot be redone, and the state is not saved."""
     model = torch.nn.Linear(2, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    optimizer.train_window = lambda *_: None  # how a step the model writes is handed to train_step
     cpu = torch.device("cpu")
-    learner = Learner(
-        model, torch.nn.MSELoss(), optimizer, resolve_precision("fp32", cpu), cpu, False, "labels"
-    )
+    learner = Learner(model, torch.nn.MSELoss(), optimizer, resolve_precision("fp32", cpu), cpu, False,
+                      "labels", step=MODELS_STEP)  # fmt: skip
 
     def runs_out(parts):
         raise torch.OutOfMemoryError("simulated")

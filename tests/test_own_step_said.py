@@ -15,11 +15,12 @@ from hydra.utils import instantiate
 from runner.checkpoint.files import CheckpointError
 from runner.cli.main import main
 from runner.config.errors import UserError
+from runner.experiment.optimizers import chosen_step
 from runner.experiment.setup import build_optimizer, prepare
 from runner.tools.doctor import FAIL, PASS, Setup, run_checks
 from runner.tools.lr_find import find_lr
 from runner.training.precision import resolve_precision
-from runner.training.step import Learner, train_step
+from runner.training.step import Learner
 
 CPU = torch.device("cpu")
 
@@ -96,12 +97,13 @@ def test_a_step_that_updates_one_of_two_optimizers_in_a_step_is_not_refused(monk
     monkeypatch.syspath_prepend(str(PLUGINS))
     model = importlib.import_module("own_steps").HeadEveryOtherStep((1, 8, 8), 10)
     optimizer = build_optimizer(instantiate, composed(*TINY, *TWO), model)
-    learner = Learner(model, None, optimizer, resolve_precision("fp32", CPU), CPU, False, "labels")
+    learner = Learner(model, None, optimizer, resolve_precision("fp32", CPU), CPU, False, "labels",
+                      step=chosen_step(optimizer))  # fmt: skip
     batch = (torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 2, 3]))
     body, head = model.body.weight.detach().clone(), model.head.weight.detach().clone()
-    train_step(learner, [batch], None)
+    learner.step.train(learner, [batch], None)
     assert torch.equal(model.head.weight, head) and not torch.equal(model.body.weight, body)
-    train_step(learner, [batch], None)
+    learner.step.train(learner, [batch], None)
     assert not torch.equal(model.head.weight, head)
 
 

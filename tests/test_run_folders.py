@@ -7,10 +7,16 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import PLUGINS, TINY, refused_here, snapshot
+from conftest import PLUGINS, TINY, refused_here, snapshot, train_refused
 
+from runner.checkpoint.files import CHECKPOINT_DIR
 from runner.cli.main import main
 from runner.cli.train import main_train
+from runner.config.errors import ConfigError
+from runner.experiment.write_places import HYDRA_RECORD_DIR
+from runner.observe.hparams import HPARAMS_FILE
+from runner.observe.records import RESULT_FILE
+from runner.observe.trackers import TRACKERS_FILE
 
 
 def link(path: Path, target: str) -> None:
@@ -114,3 +120,61 @@ def test_a_second_command_into_a_folder_being_set_up_is_refused(tmp_path, monkey
     assert json.loads((run_dir / "result.json").read_text())["status"] == "ok"
     events = [path for path in run_dir.glob("events.out.tfevents.*") if path.suffix != ".hparams"]
     assert len(events) == 1  # one run's events
+
+
+# Each name runner or Hydra writes in a run's folder, taken by the other kind: a file where a folder goes, a
+# folder where a file goes.
+WRONG_KIND = {
+    CHECKPOINT_DIR: "file",
+    HYDRA_RECORD_DIR: "file",
+    "train.log": "folder",
+    "run.yaml": "folder",
+    "data_split.json": "folder",
+    RESULT_FILE: "folder",
+    TRACKERS_FILE: "folder",
+    HPARAMS_FILE: "folder",
+}
+
+
+def plant(path: Path, kind: str) -> None:
+    path.mkdir() if kind == "folder" else path.write_text("the user's own")
+
+
+def entries_under(folder: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+
+@pytest.mark.parametrize("name", WRONG_KIND)
+def test_a_name_the_run_writes_taken_by_the_other_kind_is_refused_before_anything_is_written(
+    name, tmp_path, monkeypatch, capsys
+):
+    """Not a traceback half-way through the run (a file named ``checkpoints`` failed its first save, after
+    the records were written): one line naming the entry, before Hydra or runner writes anything."""
+    kind = WRONG_KIND[name]
+    (tmp_path / "run").mkdir()
+    plant(tmp_path / "run" / name, kind)
+    before = entries_under(tmp_path)
+    error = train_refused(tmp_path, monkeypatch, capsys)
+    wanted = "a file" if kind == "folder" else "a folder"
+    assert f"run/{name} is a {kind} where the run keeps " in error and f"({wanted}); move it away" in error
+    assert entries_under(tmp_path) == before
+
+
+def test_a_resume_whose_run_record_is_a_folder_is_refused_before_anything_is_written(
+    finished, tmp_path, monkeypatch, capsys
+):
+    (finished / "run.yaml").unlink()
+    (finished / "run.yaml").mkdir()
+    before = entries_under(finished)
+    monkeypatch.chdir(tmp_path)
+    says = "finished/run.yaml is a folder where the run keeps the record of its config (a file)"
+    refused_here(capsys, lambda: main(["train", *TINY, "trainer.max_steps=6", f"resume={finished}"]), says)
+    assert entries_under(finished) == before
+
+
+def test_training_from_python_refuses_a_file_named_checkpoints_before_writing(train_here, tmp_path):
+    (tmp_path / "run").mkdir()
+    plant(tmp_path / "run" / CHECKPOINT_DIR, "file")
+    with pytest.raises(ConfigError, match="is a file where the run keeps its checkpoints"):
+        train_here(*TINY)
+    assert sorted(path.name for path in (tmp_path / "run").iterdir()) == [CHECKPOINT_DIR]

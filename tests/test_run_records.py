@@ -12,7 +12,6 @@ from conftest import TINY
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 
-from runner.checkpoint.files import CHECKPOINT_DIR
 from runner.config.trackers import TRACKERS, TrackerEntry
 
 STOPPED_AT_2 = "+callbacks.stop._target_=signals_itself.SignalsAtStep"  # SIGTERM to itself at step 2
@@ -69,8 +68,9 @@ def hparams_end(run_dir: Path) -> int | None:
 def test_every_ending_tells_the_trackers_and_the_hparams_record_how_the_run_ended(
     ends_entry, train_here, tmp_path, ending, status, hparams_status
 ):
-    """The failure comes after every record is open and before the fit (the checkpoints' folder is a
-    file): the run, not the loop, ends the records then."""
+    """The failure is a user's callback raising mid-run, after every record is open: it goes up through
+    the loop's own close to the run's one ending. (A run folder whose names are taken is refused before
+    any record opens: ``test_run_folders.py``.)"""
     run_dir = tmp_path / "run"
     run = (*TINY, "logger=[tensorboard,ends]", "trainer.max_steps=4")
     if ending == "ok":
@@ -80,9 +80,7 @@ def test_every_ending_tells_the_trackers_and_the_hparams_record_how_the_run_ende
             train_here(*run, STOPPED_AT_2)
         assert stopped.value.code == 128 + signal.SIGTERM
     else:
-        run_dir.mkdir()
-        (run_dir / CHECKPOINT_DIR).write_text("not a folder")
-        with pytest.raises(FileExistsError):
-            train_here(*run)
+        with pytest.raises(RuntimeError, match="a bug in the user's callback at step 2"):
+            train_here(*run, "+callbacks.fails._target_=failing_callback.FailsAtStep")
     assert EndsTracker.calls == [("finish", status), ("close", None)]
     assert hparams_end(run_dir) == hparams_status

@@ -18,7 +18,7 @@ from runner.config.typed import typed_config
 from runner.experiment.parallel import spread_model
 from runner.training.distributed import from_environment
 from runner.training.precision import resolve_precision
-from runner.training.step import Learner, train_step
+from runner.training.step import Learner
 
 
 def main(overrides: list[str]) -> None:
@@ -52,13 +52,12 @@ def main(overrides: list[str]) -> None:
     precision = resolve_precision("fp32", cpu)
     learner = Learner(spread.forward_model, nn.functional.mse_loss, optimizer, precision, cpu, False,
                       "labels", skip_grad_sync=spread.skip_grad_sync, plain_model=model,
-                      processes=process.world_size, memory=spread.memory,
-                      share_buffers=spread.share_buffers)  # fmt: skip
+                      processes=process.world_size, step=spread.step)  # fmt: skip
     for _step in range(2):  # DDP sizes its buckets anew after the first step, in the order grads came
         buckets.update({"reduced": 0, "during the backward": 0})
         first_layer_grads["made"] = 0
         window = [(torch.randn(8, 1024), torch.randn(8, 1024)) for _ in range(micro_batches)]
-        train_step(learner, window, clip_norm=None)
+        learner.step.train(learner, window, clip_norm=None)
     strategy = spread.notes.get("strategy", "")
     Path(f"rank{process.rank}.txt").write_text(
         f"{buckets['reduced']} {buckets['during the backward']}\n{strategy}\n"

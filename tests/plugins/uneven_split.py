@@ -12,11 +12,12 @@ import torch.distributed as torch_dist
 from torch import nn
 
 from runner.checkpoint.state import TrainState
+from runner.training.agreeing_step import agreeing_step
 from runner.training.distributed import broadcast_from_first
 from runner.training.memory_agreement import Agreement
 from runner.training.oom import step_within_memory
 from runner.training.precision import resolve_precision
-from runner.training.step import Learner, train_step
+from runner.training.step import Learner
 
 
 class RunsOutAtTen(nn.Module):
@@ -37,13 +38,14 @@ def main() -> None:
     model = RunsOutAtTen(rank)
     broadcast_from_first(list(model.parameters()))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = agreeing_step(Agreement(rank, enabled=True), model)  # every process halves alike
     learner = Learner(model, nn.functional.cross_entropy, optimizer, resolve_precision("fp32", cpu), cpu,
-                      False, "labels", processes=2, memory=Agreement(rank, enabled=True))  # fmt: skip
+                      False, "labels", processes=2, step=step)  # fmt: skip
     state, said = TrainState(), []
     for size in {0: [16, 16, 16], 1: [16, 10, 16]}[rank]:
         window = [(torch.randn(size, 4), torch.randint(0, 2, (size,)))]
         step_within_memory(learner, window, state, "split", lambda *_: None,
-                           lambda parts: train_step(learner, parts, clip_norm=None))  # fmt: skip
+                           lambda parts: learner.step.train(learner, parts, clip_norm=None))  # fmt: skip
         state.step += 1
         said.append(f"step {state.step} micro-batch {state.micro_batch_size}")
     Path(f"rank{rank}.txt").write_text("\n".join(said))

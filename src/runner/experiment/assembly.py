@@ -22,6 +22,7 @@ from runner.config.schema import RunConfig
 from runner.config.typed import as_dict
 from runner.data.loading import SamplerOrder, StreamPosition, batches_per_epoch, stream_position
 from runner.data.stream_state import LoaderPosition
+from runner.experiment.optimizers import chosen_step
 from runner.experiment.parallel import Spread, oom_policy, spread_model
 from runner.experiment.profiling import check_profile
 from runner.experiment.resume import ResumePoint, check_planned_values
@@ -146,7 +147,7 @@ def build_learner(
     learner = Learner(
         spread.forward_model, parts.loss_fn, optimizer, precision, device, speed.channels_last,
         config.data.target_key, skip_grad_sync=spread.skip_grad_sync, plain_model=model,
-        processes=process.world_size, memory=spread.memory, share_buffers=spread.share_buffers,
+        processes=process.world_size, step=chosen_step(optimizer, spread),
     )  # fmt: skip
     return speed, spread, optimizer, learner
 

@@ -11,10 +11,12 @@ import torch
 from runner.config.checks import check_scheduler
 from runner.config.errors import ConfigError, show
 from runner.config.schema import SETTINGS, RunConfig
+from runner.experiment.parallel import Spread
 from runner.experiment.parts import as_patterns, matching
-from runner.training.manual_step import OWN_STEP, manual_train_step, writes_own_step
+from runner.training.manual_step import MODELS_STEP, OWN_STEP, writes_own_step
 from runner.training.named_optimizers import NamedOptimizers, NamedSchedulers
 from runner.training.schedules import Schedule
+from runner.training.step import RUNNERS_STEP, Step
 
 OWN_KEYS = ("params", "clip", "scheduler")
 
@@ -96,7 +98,7 @@ def named_optimizers(
             f"optimizers: {len(left)} trainable parameters are in no optimizer's params "
             f"({', '.join(left[:3])}{', ...' if len(left) > 3 else ''}); add a pattern that matches them"
         )
-    return NamedOptimizers(optimizers, clips, schedulers, manual_train_step)
+    return NamedOptimizers(optimizers, clips, schedulers)
 
 
 ONE = "optimizer"  # the run's one optimizer, named by its config key in a step the model writes
@@ -110,7 +112,18 @@ def own_step_optimizer(config: RunConfig, optimizer: torch.optim.Optimizer) -> N
         raise ConfigError(
             f"strategy=fsdp is not supported with a step the model writes ({OWN_STEP}); use strategy=ddp"
         )
-    return NamedOptimizers({ONE: optimizer}, {ONE: config.clip}, {ONE: config.scheduler}, manual_train_step)
+    return NamedOptimizers({ONE: optimizer}, {ONE: config.clip}, {ONE: config.scheduler})
+
+
+def chosen_step(optimizer: object, spread: Spread | None = None) -> Step:
+    """The step a learner carries, chosen once from what was built for it: the model's own
+    ``training_step`` where its optimizers are named (``build_optimizer`` names them for such a model
+    only: :func:`named_optimizers`, :func:`own_step_optimizer`), else runner's step as the model was
+    spread (with several processes under DDP and ``on_oom=split``, the one that agrees on out of
+    memory: ``parallel.py``)."""
+    if isinstance(optimizer, NamedOptimizers):
+        return MODELS_STEP
+    return spread.step if spread is not None else RUNNERS_STEP
 
 
 def named_schedules(named: NamedOptimizers, build_schedule: Callable[..., Schedule]) -> Schedule:

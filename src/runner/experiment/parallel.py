@@ -1,7 +1,6 @@
 """How a run's model is spread over its processes (``strategy``: DDP or FSDP2) and which of its blocks
 recompute their activations (``activation_checkpointing``), with what the run plan says about it."""
 
-import functools
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -12,10 +11,12 @@ from torch import nn
 
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
+from runner.training.agreeing_step import agreeing_step
 from runner.training.compiling import compile_options, compiled_now
 from runner.training.distributed import ProcessInfo, broadcast_from_first
 from runner.training.manual_step import writes_own_step
 from runner.training.memory_agreement import Agreement
+from runner.training.step import RUNNERS_STEP, Step
 
 
 @dataclass
@@ -23,8 +24,9 @@ class Spread:
     forward_model: nn.Module  # what a step calls: the model, or its DDP / compiled wrapper
     skip_grad_sync: Callable[[], AbstractContextManager] = nullcontext  # inside an accumulation window
     notes: dict[str, str] = field(default_factory=dict)  # run plan rows: strategy, activation checkpointing
-    share_buffers: Callable[[], None] = lambda: None  # rank 0's buffers to every process (DDP)
-    memory: Agreement = field(default_factory=Agreement)  # enabled: runner averages the gradients (step.py)
+    # runner's step as the model is spread: with on_oom=split under DDP, the one that averages the
+    # gradients after the window and agrees on out of memory (agreeing_step.py)
+    step: Step = RUNNERS_STEP
 
 
 def oom_policy(config: RunConfig, process: ProcessInfo) -> str:
@@ -91,19 +93,18 @@ def spread_model(
         )
         return Spread(forward_model, nullcontext, notes)
     if (memory := memory_agreement(config, process, model)).enabled:
-        # No collective inside a backward, where a process that ran out of memory could not tell the others
-        # (memory_agreement.py): runner averages the gradients after the window (step.py) and hands rank
-        # 0's buffers over before each window and validation, where DDP would in the first forward after
-        # a synchronised one (the same values).
+        # No collective inside a backward, where a process that ran out of memory could not tell the others:
+        # the agreeing step averages the gradients after the window and hands rank 0's buffers over before
+        # each window and validation, where DDP would in the first forward after a synchronised one (the
+        # same values).
         broadcast_from_first([*model.parameters(), *model.buffers()])  # rank 0's start, as DDP's
         notes["strategy"] = (
             f"ddp: a whole copy of the model on each of {process.world_size} processes; gradients averaged "
             "after each window's backward (on_oom=split), not overlapped with it as DDP's reducer does "
             "(on_oom=auto keeps DDP's overlap; docs/performance.md)"
         )
-        share_buffers = functools.partial(broadcast_from_first, list(model.buffers()))
         forward = compiled_now(forward_model, compile_options(config))
-        return Spread(forward, notes=notes, share_buffers=share_buffers, memory=memory)
+        return Spread(forward, notes=notes, step=agreeing_step(memory, model))
     if process.distributed:
         from torch.nn.parallel import DistributedDataParallel
 

@@ -13,6 +13,18 @@ RUN_FOLDERS = ("checkpoints",)
 EVENTS_PREFIX = "events.out.tfevents."
 # The HParams columns of the runs under a folder (a sweep's, outputs/): a record of runs, not a run.
 COLUMNS_RECORD = "events.out.tfevents.0000000000.experiment"
+# Every fixed name runner or Hydra gives an entry of a run directory, and what it is there: a folder
+# (True) or a file (False), with what it holds, for the one line that refuses the wrong kind.
+RUN_PLACES = {
+    ".hydra": (True, "Hydra's record of its config"),
+    "checkpoints": (True, "its checkpoints"),
+    "train.log": (False, "its log"),
+    "run.yaml": (False, "the record of its config"),
+    "data_split.json": (False, "the record of its data split"),
+    "result.json": (False, "its result"),
+    "trackers.json": (False, "its trackers' run ids"),
+    "events.out.tfevents.0000000000.hparams": (False, "its HParams record"),
+}
 
 
 def run_files_in(run_dir: Path) -> list[str]:
@@ -25,7 +37,8 @@ def run_files_in(run_dir: Path) -> list[str]:
     files = [
         name
         for name in names
-        if name in RUN_FILES or (name.startswith(EVENTS_PREFIX) and name != COLUMNS_RECORD)
+        if (name in RUN_FILES or (name.startswith(EVENTS_PREFIX) and name != COLUMNS_RECORD))
+        and not (run_dir / name).is_dir()  # a folder under a file's name: refused as such (RUN_PLACES)
     ]
     return folders + files
 

@@ -22,6 +22,7 @@ from runner.config.errors import UserError
 from runner.config.schema import RunConfig
 from runner.experiment.assembly import Assembly
 from runner.experiment.lock import refuse_if_held
+from runner.experiment.write_places import check_run_places
 from runner.observe.all_runs_hparams import refresh_all_runs_experiment
 from runner.observe.console import to_log_file
 from runner.observe.hparams import HParamsRecord, hparams_of
@@ -36,10 +37,12 @@ log = logging.getLogger("runner")
 
 
 def check_record_places(config: RunConfig, run_dir: Path, process: ProcessInfo) -> None:
-    """Before anything is built: a run still writing in ``run_dir`` is named, and an MLflow store that
-    cannot be used refuses the run at once."""
+    """Before anything is built: a run still writing in ``run_dir`` is named, an entry of the wrong kind
+    where the run writes (a file named ``checkpoints``) refuses the run, and so does an MLflow store that
+    cannot be used."""
     if process.is_main:
         refuse_if_held(run_dir)
+    check_run_places(run_dir, f"hydra.run.dir={run_dir}")
     if "mlflow" in config.logger and config.mlflow.tracking_uri is not None:
         check_tracking_uri(config.mlflow.tracking_uri)
 

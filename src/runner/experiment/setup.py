@@ -115,13 +115,15 @@ def build_optimizer(build: Build, config: RunConfig, model: torch.nn.Module) -> 
     """``optimizer.no_decay`` makes two parameter groups; without it the optimizer gets every
     parameter, as a hand-written loop does. ``optimizer.param_groups`` and ``freeze`` choose them by
     name, and a builder of one's own may ask for ``named_parameters`` or ``model`` (param_groups.py).
-    ``optimizers``: several, each over a named part (optimizers.py)."""
-    if writes_own_step(model):
+    ``optimizers``: several, each over a named part (optimizers.py). A model that writes its own step
+    gets its optimizers named, and with them that step (``optimizers.chosen_step``)."""
+    own_step = writes_own_step(model)
+    if own_step:
         check_signature(model)
     if config.optimizers:
         return named_optimizers(config, model, lambda *args: build_component(build, *args))
     optimizer = run_optimizer(build, config, model)
-    return own_step_optimizer(config, optimizer) if writes_own_step(model) else optimizer
+    return own_step_optimizer(config, optimizer) if own_step else optimizer
 
 
 def run_optimizer(build: Build, config: RunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from runner.config.errors import ConfigError
 from runner.config.job_dirs import job_number
-from runner.experiment.run_files import EVENTS_PREFIX, run_files_in
+from runner.experiment.run_files import EVENTS_PREFIX, RUN_PLACES, run_files_in
 
 HYDRA_RECORD_DIR = ".hydra"
 
@@ -43,19 +43,30 @@ def refuse_link(path: Path, given: str) -> None:
 
 
 def check_run_folder(run_dir: Path, given: str) -> None:
-    """No link among a run folder's entries or in its ``.hydra/``; the run folder and its ``.hydra`` are
-    folders, if they exist at all."""
+    """No link among a run folder's entries or in its ``.hydra/``; the run folder is a folder, and each
+    name runner and Hydra write there is of the kind they write, if it exists at all."""
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"{given}: {shown(run_dir)} is a file, not a folder; choose a folder for the run")
     for path in entries(run_dir):
         refuse_link(path, given)
-    record = run_dir / HYDRA_RECORD_DIR
-    if record.exists() and not record.is_dir():
-        raise ConfigError(
-            f"{given}: {shown(record)} is a file where Hydra keeps its record (a folder); remove it"
-        )
-    for path in entries(record):
+    check_run_places(run_dir, given)
+    for path in entries(run_dir / HYDRA_RECORD_DIR):
         refuse_link(path, given)
+
+
+def check_run_places(run_dir: Path, given: str) -> None:
+    """A folder where a run writes a file (``train.log``), or a file where it makes a folder
+    (``checkpoints``), would fail its write half-way through the run, after others: refused by name
+    before anything is written."""
+    for name, (folder, holds) in RUN_PLACES.items():
+        path = run_dir / name
+        if path.is_symlink() or not path.exists() or path.is_dir() == folder:
+            continue  # a link is refused as one (refuse_link)
+        found, wanted = ("a file", "a folder") if folder else ("a folder", "a file")
+        raise ConfigError(
+            f"{given}: {shown(path)} is {found} where the run keeps {holds} ({wanted}); move it away, "
+            "or choose another folder for the run"
+        )
 
 
 def check_sweep_folder(sweep_dir: Path, given: str) -> None:

@@ -22,6 +22,12 @@ from typing import Any
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
+from mlflow.environment_variables import (
+    MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR,
+    MLFLOW_HTTP_REQUEST_BACKOFF_JITTER,
+    MLFLOW_HTTP_REQUEST_MAX_RETRIES,
+    MLFLOW_HTTP_REQUEST_TIMEOUT,
+)
 from mlflow.exceptions import MlflowException
 
 from runner.checkpoint.durable import write_text
@@ -47,6 +53,18 @@ MAX_VALUE = 6000  # MLflow's limit on a parameter's value
 # minutes in all; runner's defaults (MLflow's documented settings, unless the user set them) make a
 # dead server a failed call within seconds. The trackers' thread stops waiting sooner still.
 HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "5", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2"}
+
+
+def longest_call_seconds(uri: str) -> float | None:
+    """The longest one call of MLflow's HTTP client may take under its limits: each try's connect and
+    read timeouts, and urllib3's backoff before each retry but the first (at most 120 s, plus the
+    jitter). None for a store that is no server (its calls wait on no network)."""
+    if not uri.startswith(("http://", "https://")):
+        return None
+    timeout, retries = MLFLOW_HTTP_REQUEST_TIMEOUT.get(), MLFLOW_HTTP_REQUEST_MAX_RETRIES.get()
+    factor, jitter = MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR.get(), MLFLOW_HTTP_REQUEST_BACKOFF_JITTER.get()
+    backoffs = sum(min(120.0, factor * 2 ** (retry - 1) + jitter) for retry in range(2, retries + 1))
+    return (retries + 1) * 2 * timeout + backoffs
 
 
 def experiment_id_of(client: MlflowClient, name: str, artifacts: Path | None) -> str:
@@ -176,6 +194,10 @@ class MlflowTracker:
         new = [Param(key, value) for key, value in params.items() if key not in logged]
         for at in range(0, len(new), 100):  # MLflow takes at most 100 per batch
             self.client.log_batch(self.run_id, params=new[at : at + 100])
+
+    @property
+    def longest_call_seconds(self) -> float | None:
+        return longest_call_seconds(self.client.tracking_uri)
 
     def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
         now = int(time.time() * 1000)

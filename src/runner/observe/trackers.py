@@ -121,12 +121,16 @@ class Trackers:
     """The trackers a run logs to besides its event file, each call handed on to them, in order, on one
     thread of their own. A tracker call that has not returned after ``answer_seconds`` (a tracking server
     that died: its client retries for minutes) no longer holds the run up: waiting for the trackers stops,
-    and they are left out, with one warning. None asked for (``Trackers()``): every call does nothing."""
+    and they are left out, with one warning. At the run's end, that call is waited out as long as its
+    client's limits allow (a tracker's ``longest_call_seconds``), so that nothing of the run goes on
+    after it (retrying, logging into the next run's log). None asked for (``Trackers()``): every call
+    does nothing."""
 
     def __init__(self, trackers: list[Tracker] | None = None, answer_seconds: float = ANSWER_SECONDS) -> None:
         self.trackers, self.answer_seconds = list(trackers or []), answer_seconds
         self._calls: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
-        self._calling: tuple[str, float] | None = None  # the tracker being called, since when (monotonic)
+        self._calling: tuple[Tracker, float] | None = None  # the tracker being called, since when (monotonic)
+        self._stuck_until: float | None = None  # when the call left out ends at the latest, if known
         self._thread = threading.Thread(target=self._run, name="trackers", daemon=True)
         self._closed = self._finished = False
         self._left_out = not self.trackers  # nothing to hand on to
@@ -140,7 +144,7 @@ class Trackers:
                 args[0].set()
                 continue
             for tracker in list(self.trackers):
-                self._calling = (tracker.name, time.monotonic())
+                self._calling = (tracker, time.monotonic())
                 try:
                     getattr(tracker, method)(*args)
                 except Exception as error:
@@ -180,11 +184,13 @@ class Trackers:
         while not reached.wait(min(1.0, self.answer_seconds)):
             calling = self._calling
             if calling is not None and time.monotonic() - calling[1] > self.answer_seconds:
-                self._leave_out(calling[0])
+                self._leave_out(*calling)
                 return
 
-    def _leave_out(self, name: str) -> None:
-        self._left_out = True
+    def _leave_out(self, stuck: Tracker, since: float) -> None:
+        self._left_out, name = True, stuck.name
+        longest = getattr(stuck, "longest_call_seconds", None)  # None: no limit known
+        self._stuck_until = None if longest is None else since + longest
         others = "".join(f", with {tracker.name}" for tracker in self.trackers if tracker.name != name)
         self.trackers.clear()
         log.warning(
@@ -202,7 +208,15 @@ class Trackers:
             self._calls.put(("close", ()))
             self.flush()
             self._calls.put(None)
-            self._thread.join(None if not self._left_out else 0)
+            self._thread.join(self._stuck_call_left() if self._left_out else None)
+
+    def _stuck_call_left(self) -> float:
+        """How long the call left out may still take under its client's limits (0: unknown)."""
+        left = 0.0 if self._stuck_until is None else self._stuck_until - time.monotonic()
+        if left > 0:
+            log.info("trackers: waiting up to %.0f s for the call left out to end (its client's limits), so "
+                     "that nothing of this run goes on after it", left)  # fmt: skip
+        return max(left, 0.0)
 
 
 @dataclass

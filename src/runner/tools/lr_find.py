@@ -15,11 +15,12 @@ from torch import nn
 
 from runner.checkpoint.durable import atomic_write, writing
 from runner.config.errors import UserError
+from runner.experiment.optimizers import chosen_step
 from runner.observe.writer import TensorBoardLogger
 from runner.training.modes import set_apart, start_training
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.precision import Precision
-from runner.training.step import Learner, train_step
+from runner.training.step import Learner
 
 
 @dataclass
@@ -50,7 +51,10 @@ def find_lr(
     model = copy.deepcopy(model)
     start_training(model, set_apart(model))  # as the run starts (training/modes.py)
     model.zero_grad(set_to_none=True)
-    learner = Learner(model, loss_fn, make_optimizer(model), precision, device, False, target_key)
+    optimizer = make_optimizer(model)
+    learner = Learner(
+        model, loss_fn, optimizer, precision, device, False, target_key, step=chosen_step(optimizer)
+    )
     if isinstance(learner.optimizer, NamedOptimizers) and len(learner.optimizer.optimizers) > 1:
         raise UserError(
             f"lr_find: optimizers {', '.join(learner.optimizer.optimizers)} each have a rate, and the "
@@ -64,7 +68,7 @@ def find_lr(
         lr = min_lr * growth**index
         for group in learner.optimizer.param_groups:
             group["lr"] = lr
-        value = train_step(learner, [next(batches)], clip).loss.item()
+        value = learner.step.train(learner, [next(batches)], clip).loss.item()
         if not math.isfinite(value):
             diverged_at = lr
             break

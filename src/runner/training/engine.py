@@ -30,16 +30,11 @@ from runner.training.nonfinite import DeferredGuard, guard_for
 from runner.training.oom import OutOfMemoryStop, evaluate_within_memory, step_within_memory
 from runner.training.plan import LoopSettings, planned_steps
 from runner.training.schedules import Schedule
-from runner.training.step import (
-    Learner,
-    StepResult,
-    mean_over_processes,
-    train_step,
-)
+from runner.training.step import Learner, StepResult, mean_over_processes
 from runner.training.step_log import StepLog
 from runner.training.time_shares import StepTimes
 from runner.training.update import clipped_norm
-from runner.training.validation import evaluate, improves
+from runner.training.validation import improves
 
 log = logging.getLogger("runner")
 
@@ -110,11 +105,10 @@ def validate(
     change what a longer run of the same settings would do. Every validation calls the callbacks'
     ``on_validation_end``, that one too, marked ``context.extra_validation``."""
     with hooks.callbacks.evaluation_weights(learner.plain_model):
-        learner.share_buffers()  # rank 0's, as DDP's forward would hand them over (parallel.py)
         state.last_val = evaluate_within_memory(  # its batches as they fit in memory (oom.py)
-            learner, loader, state, settings.on_oom, lambda batches: evaluate(
+            learner, loader, state, settings.on_oom, lambda batches: learner.step.evaluate(
                 learner.model, batches, learner.loss_fn, learner.device, learner.precision,
-                learner.channels_last, settings.metrics, learner.target_key, learner.memory,
+                learner.channels_last, settings.metrics, learner.target_key,
             ),
         )  # fmt: skip
     monitors = {"checkpoint.monitor": settings.monitor, "scheduler.monitor": schedule.monitor}
@@ -144,7 +138,7 @@ def defers_the_guard(learner: Learner, settings: LoopSettings) -> bool:
     with the next read. Under loss scaling and in a step the model writes (a non-finite part's update
     must not apply while the others' do) the step skips a non-finite update on the device (update.py)."""
     scaled = learner.precision.scaler.is_enabled()
-    return settings.on_nonfinite == "raise" and not scaled and not learner.writes_own_step
+    return settings.on_nonfinite == "raise" and not scaled and not learner.step.writes_own
 
 
 def guard_of(learner: Learner, settings: LoopSettings) -> DeferredGuard:
@@ -287,7 +281,8 @@ def fit(
             for window, stream_ended in hooks.times.waiting(windows, state):  # the wait for data, timed
                 epoch_had_batches = True
                 result = step_within_memory(  # the window as it fits in memory (oom.py)
-                    learner, window, state, settings.on_oom, step_log.scalar, lambda parts: train_step(
+                    learner, window, state, settings.on_oom, step_log.scalar,
+                    lambda parts: learner.step.train(
                         learner, parts, settings.clip_norm, check_finite=check_each_step,
                         keep_last=step_callbacks,
                     ),

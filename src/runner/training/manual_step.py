@@ -26,7 +26,7 @@ from runner.config.errors import UserError
 from runner.training.batches import count_samples, to_device
 from runner.training.distributed import average_gradients, broadcast_from_first
 from runner.training.named_optimizers import NamedOptimizers
-from runner.training.step import Learner, ReturnedLosses, StepResult
+from runner.training.step import Learner, ReturnedLosses, Step, StepResult
 from runner.training.update import clipped_norm, update
 from runner.training.weighing import sample_shares, summed
 
@@ -36,6 +36,8 @@ NO_GRADIENT = "a loss computed by the step (with a gradient): not detached, not 
 
 
 def writes_own_step(model: torch.nn.Module) -> bool:
+    """Whether the model has a ``training_step``: then its optimizers are named (``NamedOptimizers``)
+    and the learner trains with :data:`MODELS_STEP` (``experiment/optimizers.py``)."""
     return callable(getattr(model, OWN_STEP, None))
 
 
@@ -77,7 +79,7 @@ class Updates:
     applied: dict[str, bool | torch.Tensor] = field(default_factory=dict)  # a tensor: decided on the device
 
 
-class Step:
+class StepHandles:
     """What a model's ``training_step(batch, step)`` is handed: ``backward`` and ``update`` by
     optimizer name, with runner's loss scaling, weights, clipping, guard and gradient averaging."""
 
@@ -163,7 +165,7 @@ def losses_of(returned: Any) -> dict[str, torch.Tensor]:
     return {name: value.detach() for name, value in named.items()}
 
 
-def check_updates_applied(model: torch.nn.Module, step: "Step", window: int, updates: Updates) -> None:
+def check_updates_applied(model: torch.nn.Module, step: StepHandles, window: int, updates: Updates) -> None:
     """Each optimizer the window's step updated was updated on its last micro-batch, where updates
     apply: else its gradients were made and nothing applied them (the run would end "ok")."""
     missed = {name: first for name, first in step.updated.items() if name not in updates.norms}
@@ -196,7 +198,7 @@ def manual_train_step(
     if processes > 1:
         broadcast_from_first(list(model.buffers()))  # rank 0's, as DDP does before a forward
     updates = Updates()
-    step = Step(learner, named, check_finite, updates)
+    step = StepHandles(learner, named, check_finite, updates)
     named.zero_grad(set_to_none=True)
     totals: dict[str, torch.Tensor] = {}
     batch = returned = None
@@ -237,6 +239,9 @@ def manual_train_step(
         values = torch.stack([value.float() for value in totals.values()])
         result.returned_losses = ReturnedLosses(tuple(totals), values)
     return result
+
+
+MODELS_STEP = Step(manual_train_step, writes_own=True)
 
 
 def all_of(applied: Iterable[bool | torch.Tensor]) -> bool | torch.Tensor:

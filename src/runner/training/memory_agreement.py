@@ -3,24 +3,23 @@
 A process that runs out cannot leave a step alone: the others would wait for it in the step's next
 collective. So before each collective of a step every process says whether it ran out (one small
 collective on the CPU): once per window, after its backward, before the gradients are averaged (and
-after the first forward where the model says its item count, which is summed over the processes).
+after the first forward where the model says its item count, which is summed over the processes):
+``agreeing_step.py``, the step and validation chosen for it.
 A process that runs out says so at once; the others learn it where they next ask (after running the
 window's other micro-batches: they hold no collective), and all raise :class:`OutOfMemoryOnRank`
 together: ``oom.py`` then splits the micro-batch on every process alike. For that, no collective may
-run inside a forward or backward: the gradients are averaged by runner after the window
-(``experiment/parallel.py``), not by DDP during its last backward, whose bookkeeping a forward left
-unfinished on some processes would put out of step.
+run inside a forward or backward: the gradients are averaged by runner after the window, not by DDP
+during its last backward, whose bookkeeping a forward left unfinished on some processes would put out
+of step.
 """
 
 import dataclasses
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 
 import torch
 
 from runner.training.distributed import any_process
-
-NOTHING = nullcontext()
 
 
 class OutOfMemoryOnRank(Exception):
@@ -39,17 +38,15 @@ class Agreement:
     rank: int = 0
     enabled: bool = False
 
-    def micro_batch(self) -> AbstractContextManager:
-        """Around a micro-batch's forward and backward: where this process runs out it tells the others
-        at once, who learn it at their next :meth:`agree`. Off, a shared no-op (it is on every step's
-        path)."""
-        return self._telling() if self.enabled else NOTHING
-
     @contextmanager
-    def _telling(self) -> Iterator[None]:
+    def watch(self) -> Iterator[None]:
+        """Around a window's forwards and backwards: where this process runs out it tells the others at
+        once, who learn it at their next :meth:`agree`."""
         try:
             yield
         except torch.OutOfMemoryError:
+            if not self.enabled:
+                raise
             self._tell(ran_out=True)
 
     def agree(self) -> None:

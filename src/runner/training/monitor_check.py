@@ -28,7 +28,7 @@ def check_fit_and_monitors(
     assert model is not None
     checked = check_fit(
         model, batch, learner.loss_fn, learner.device, learner.precision.autocast, learner.target_key,
-        learner.memory,
+        learner.step.agreement,
     )  # fmt: skip
     monitors = {"checkpoint.monitor": settings.monitor, "scheduler.monitor": scheduler_monitor}
     monitors |= callback_monitors

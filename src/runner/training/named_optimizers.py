@@ -2,7 +2,7 @@
 schedulers: where the loop, the checkpoint and the logs see one optimizer and one scheduler, these
 stand for all of them, by name."""
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +19,6 @@ class NamedOptimizers:
     optimizers: dict[str, torch.optim.Optimizer]
     clips: dict[str, float | None]  # each one's max gradient norm (None: no clipping)
     scheduler_specs: dict[str, Mapping[str, Any]]  # each one's scheduler config
-    # The step that trains a window with them (``manual_step.manual_train_step``): train_step hands
-    # every window to it.
-    train_window: Callable[..., Any]
 
     def __post_init__(self) -> None:
         for name, optimizer in self.optimizers.items():

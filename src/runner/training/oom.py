@@ -7,10 +7,11 @@ its own order, so the data order, the window's items and the step's gradient (ac
 by items, ``step.py``) are those of a run configured ``data.batch_size=16`` with twice the
 accumulation.
 
-With several processes (``strategy=ddp``), every process says after the window's backward whether it
-ran out (``memory_agreement.py``: one small collective on the CPU): a process that runs out tells the
-others where they ask, and all split at the same step. With ``strategy=fsdp`` (its parameter gathers
-are inside the forward, where one process cannot leave) it still stops, in one line.
+With several processes (``strategy=ddp`` and ``on_oom=split``: the agreeing step, ``agreeing_step.py``),
+every process says after the window's backward whether it ran out (one small collective on the CPU): a
+process that runs out tells the others where they ask, and all split at the same step. With
+``strategy=fsdp`` (its parameter gathers are inside the forward, where one process cannot leave) it
+still stops, in one line.
 """
 
 import logging
@@ -159,7 +160,7 @@ def update_message(state: TrainState, own_step: bool = False) -> str:
 def why_not_split(learner: Learner, told: bool) -> str:
     """``told``: every process learnt it (``memory_agreement.py``); not where it ran out between the
     points where they agree."""
-    if learner.processes > 1 and not (learner.memory.enabled and told):
+    if learner.processes > 1 and not (learner.step.agreement.enabled and told):
         return SEVERAL
     if not isinstance(carried_state_of(learner.plain_model), NoCarriedState):
         return "with a model that carries a state from batch to batch (its state is per batch)"
@@ -213,7 +214,7 @@ def step_within_memory(
         where = failure.where
         if where:  # every process learnt it here: all halve the same size (their batches may differ)
             size = any_process(size)
-        own_step = learner.writes_own_step
+        own_step = learner.step.writes_own
         if failure.in_update or own_step:
             raise stop(update_message(state, own_step), learner.processes, in_update=True)
         reason = why_not_split(learner, told=bool(where))
@@ -226,7 +227,7 @@ def step_within_memory(
             buffer.copy_(kept)
         state.micro_batch_size = size // 2
         parts = sum(len(cut(batch, size // 2, learner.target_key)) for batch in window)
-        if learner.memory.rank == 0:  # one line per split: every process takes it alike
+        if learner.step.agreement.rank == 0:  # one line per split: every process takes it alike
             message = "out of memory at micro-batch %d%s: continuing with %d x %d per step"
             log.warning(message, size, where, size // 2, parts)
         log_scalar(TAG, float(size // 2), state.step + 1)
@@ -256,13 +257,13 @@ def evaluate_within_memory(
         size, where = failure.size or _loader_size(loader, learner.target_key), failure.where
         if where:  # every process learnt it here: all halve the same size
             size = any_process(size)
-        reason = SEVERAL if learner.processes > 1 and not (learner.memory.enabled and where) else ""
+        reason = SEVERAL if learner.processes > 1 and not (learner.step.agreement.enabled and where) else ""
         if on_oom == "raise" or size == 1 or reason:
             alike = 1 if where else learner.processes
             message = stop_message(f"validation batch {size}", state, on_oom, reason, alike)
             raise stop(message, alike)
         state.micro_batch_size = size // 2
-        if learner.memory.rank == 0:
+        if learner.step.agreement.rank == 0:
             log.warning(
                 "out of memory in validation at batch %d%s: continuing with %d", size, where, size // 2
             )

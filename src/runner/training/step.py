@@ -1,10 +1,13 @@
 """One training step: an accumulation window of micro-batches becomes one optimizer update.
 Batches may be of any structure (see ``batches.py``).
 
-The one place runner does forward and backward: ``fit``, doctor's overfit check and ``lr_find`` all
-call :func:`train_step`, so they train alike. How the micro-batches are weighed is ``weighing.py``; the
-update that ends the window (unscale, clip, guard, step) is ``update.py``, shared with a step the model
-writes (``manual_step.py``).
+The one place runner does forward and backward: :func:`train_step`. Which step a learner trains with
+(a :class:`Step`) is chosen once, where its optimizers are built (``experiment/optimizers.py``'s
+``chosen_step``): this one, a step the model writes (``manual_step.py``), or this one agreeing on out of
+memory with several processes (``agreeing_step.py``); ``fit``, doctor's checks, ``lr_find`` and
+``oom.py`` call the learner's, so they train alike. How the micro-batches are weighed is
+``weighing.py``; the update that ends the window (unscale, clip, guard, step) is ``update.py``, shared
+with a step the model writes.
 """
 
 import itertools
@@ -17,12 +20,28 @@ import torch
 from torch import nn
 
 from runner.training.batches import forward, items_in_outputs, loss_items, to_device
-from runner.training.distributed import average_gradients, sum_across_processes
+from runner.training.distributed import sum_across_processes
 from runner.training.memory_agreement import Agreement
 from runner.training.phases import phase
 from runner.training.precision import Precision
 from runner.training.update import update
-from runner.training.weighing import window_weights
+from runner.training.validation import evaluate
+from runner.training.weighing import WindowWeights, window_weights
+
+
+@dataclass(frozen=True)
+class Step:
+    """How a learner trains a window, chosen once where its optimizers are built
+    (``experiment/optimizers.py``: ``chosen_step``), with what the loop must know about it."""
+
+    # (learner, window, clip_norm, check_finite, keep_last) -> StepResult
+    train: Callable[..., "StepResult"]
+    # The model's own training_step (manual_step.py): the guard decides on the device (engine.py), and
+    # out of memory is not redone (oom.py): an update may have applied.
+    writes_own: bool = False
+    evaluate: Callable[..., dict[str, float]] = evaluate  # the validation that goes with it
+    # Where several processes agree that one ran out of memory (agreeing_step.py); off, none does.
+    agreement: Agreement = field(default_factory=Agreement)
 
 
 @dataclass
@@ -41,11 +60,7 @@ class Learner:
     skip_grad_sync: Callable[[], AbstractContextManager] = nullcontext
     plain_model: nn.Module | None = None  # the module inside any wrapper (callbacks see it); default: model
     processes: int = 1  # that average their gradients (DDP, FSDP): the window's items are summed over them
-    # With several processes under DDP and on_oom=split: where each says whether it ran out of memory
-    # (memory_agreement.py); enabled, the gradients are averaged after the window's backward, not inside
-    # it, and rank 0's buffers (BatchNorm's running statistics) handed over before a window's forwards.
-    memory: Agreement = field(default_factory=Agreement)
-    share_buffers: Callable[[], None] = lambda: None
+    step: Step = field(default_factory=lambda: RUNNERS_STEP)  # what trains a window: train_step by default
     trainable: list[torch.Tensor] = field(init=False)
     # The buffers a window changes (oom.py copies them before each): None until a first window showed it.
     changing_buffers: list[torch.Tensor] | None = field(init=False, default=None)
@@ -57,11 +72,6 @@ class Learner:
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         if self.plain_model is None:
             self.plain_model = self.model
-
-    @property
-    def writes_own_step(self) -> bool:
-        """The model's ``training_step`` runs the window (``manual_step.py``), not ``train_step``'s."""
-        return getattr(self.optimizer, "train_window", None) is not None
 
 
 @dataclass(frozen=True)
@@ -114,16 +124,19 @@ def train_step(
     ``check_finite`` a non-finite gradient norm leaves the weights and optimizer as they are, decided on
     the device (``update.py``: no read). ``keep_last`` returns the last micro-batch and its outputs (for
     callbacks); off, nothing holds them past the step."""
-    if learner.writes_own_step:  # manual_step.py
-        return learner.optimizer.train_window(learner, window, clip_norm, check_finite, keep_last)
-    model, precision, optimizer = learner.model, learner.precision, learner.optimizer
     weights = window_weights(learner, window, loss_items)
-    learner.share_buffers()
+    last = backward_window(learner, window, weights, keep_last)
+    return update_window(learner, weights, clip_norm, check_finite, last)
+
+
+def backward_window(learner: Learner, window: list, weights: WindowWeights, keep_last: bool) -> tuple:
+    """Forward and backward over the window's micro-batches, their gradients summed; returns the last
+    micro-batch and its outputs where ``keep_last`` asks (else Nones)."""
+    model, precision = learner.model, learner.precision
+    last = len(window) - 1
     for index, batch in enumerate(window):
-        # Gradients reduced on the window's last micro-batch only; with several processes, one that runs
-        # out of memory tells the others (memory_agreement.py).
-        syncs = nullcontext() if index == len(window) - 1 else learner.skip_grad_sync()
-        with learner.memory.micro_batch(), syncs:
+        # Gradients reduced on the window's last micro-batch only.
+        with nullcontext() if index == last else learner.skip_grad_sync():
             batch = to_device(batch, learner.device, learner.channels_last)
             with precision.autocast(), phase("forward"):  # a named range while profiling (phases.py)
                 result = forward(model, batch, learner.loss_fn, learner.target_key)
@@ -133,20 +146,25 @@ def train_step(
             del result
             with phase("backward"):
                 precision.scaler.scale(loss).backward()
-    # The window's last agreement (memory_agreement.py), after its backward and after the copy the
-    # gradients are averaged in (it may run out too); with it, no collective ran inside a backward.
-    if learner.memory.enabled:
-        with learner.memory.micro_batch():
-            average_gradients(learner.trainable, learner.processes, before_reducing=learner.memory.agree)
+    return (batch, outputs) if keep_last else (None, None)
+
+
+def update_window(
+    learner: Learner, weights: WindowWeights, clip_norm: float | None, check_finite: bool, last: tuple
+) -> StepResult:
+    """The update that ends the window (``update.py``), and what the step reports of it."""
+    precision, optimizer = learner.precision, learner.optimizer
     done = update(optimizer, learner.trainable, precision.scaler, clip_norm, check_finite, weights.rescale())
     precision.scaler.update()
     window_loss, items = weights.window_loss()
     groups = optimizer.param_groups
     group_lrs = tuple(group["lr"] for group in groups) if len(groups) > 1 else ()
-    last = (batch, outputs) if keep_last else (None, None)
     return StepResult(
         window_loss, done.norm, groups[0]["lr"], done.applied, weights.samples, group_lrs, items, *last
     )
+
+
+RUNNERS_STEP = Step(train_step)
 
 
 def mean_over_processes(result: StepResult, processes: int) -> torch.Tensor:

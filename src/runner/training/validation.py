@@ -4,7 +4,7 @@ batches or samples. The sums stay on the device until the pass's end, read there
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,7 +23,6 @@ from runner.training.batches import (
 from runner.training.device import to_floats
 from runner.training.distributed import sum_across_processes
 from runner.training.item_counts import check_counted
-from runner.training.memory_agreement import Agreement
 from runner.training.metrics import uses_loss
 from runner.training.modes import evaluation_mode
 from runner.training.precision import Precision
@@ -40,6 +39,16 @@ def improves(value: float, best: float | None, mode: str, min_delta: float = 0.0
     return best is None or (value < best - min_delta if mode == "min" else value > best + min_delta)
 
 
+@dataclass
+class PassSums:
+    """A validation pass's sums on this process, on the device: what :func:`validation_values` reads."""
+
+    loss_sum: torch.Tensor
+    elements: torch.Tensor  # the items the loss averaged over
+    said: bool  # the model said its counts
+    batch_metrics: dict[str, Any]  # the metrics updated batch by batch
+
+
 def evaluate(
     model: nn.Module,
     loader: Iterable,
@@ -49,11 +58,25 @@ def evaluate(
     channels_last: bool,
     metrics: Mapping[str, Any],
     target_key: str,
-    memory: Agreement | None = None,
 ) -> dict[str, float]:
     """``val/loss`` and ``val/<name>`` for each metric that gave a value (accuracy gives none when the
-    outputs are not class scores). The model's train/eval mode is restored after. With several
-    processes, ``memory`` has every process learn that one ran out of memory before the sums."""
+    outputs are not class scores). The model's train/eval mode is restored after."""
+    passed = validation_pass(model, loader, loss_fn, device, precision, channels_last, metrics, target_key)
+    return validation_values(passed, metrics)
+
+
+def validation_pass(
+    model: nn.Module,
+    loader: Iterable,
+    loss_fn: Callable,
+    device: torch.device,
+    precision: Precision,
+    channels_last: bool,
+    metrics: Mapping[str, Any],
+    target_key: str,
+) -> PassSums:
+    """The forwards over ``loader``, summed on this process; no collective (with several processes the
+    sums are added in :func:`validation_values`)."""
     batch_metrics = {name: metric for name, metric in metrics.items() if not uses_loss(metric)}
     for metric in batch_metrics.values():
         metric.reset()
@@ -64,9 +87,7 @@ def evaluate(
     sums = sums_its_loss(loss_fn, model)  # a summed loss: its sum over the samples, per sample
     said = False
     # Draws inside (a model's noise, the loader's seed) come from copies: training draws as without it.
-    # With several processes, one that runs out of memory tells the others (memory_agreement.py).
-    agreeing = memory.evaluation() if memory else nullcontext()
-    with evaluation_mode(model), torch.no_grad(), kept_random_state(), agreeing:
+    with evaluation_mode(model), torch.no_grad(), kept_random_state():
         for batch in loader:
             batch = to_device(batch, device, channels_last)
             with precision.autocast():
@@ -91,13 +112,18 @@ def evaluate(
             if logits is not None and isinstance(result.targets, torch.Tensor):
                 for metric in batch_metrics.values():
                     metric.update(logits, result.targets)
-    loss_sum, elements = sum_across_processes(loss_sum), sum_across_processes(elements)
+    return PassSums(loss_sum, elements, said, batch_metrics)
+
+
+def validation_values(passed: PassSums, metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The pass's sums over every process and the metrics' values, read from the device once."""
+    loss_sum, elements = sum_across_processes(passed.loss_sum), sum_across_processes(passed.elements)
     values = {"val/loss": loss_sum / elements.where(elements > 0, torch.ones_like(elements))}
-    for name, metric in batch_metrics.items():
+    for name, metric in passed.batch_metrics.items():
         if (value := metric.compute()) is not None:
             values[f"val/{name}"] = value
     values = to_floats({**values, ELEMENTS: elements})  # one read of everything from the device
-    if said:  # counts the model said: none at all is no mean
+    if passed.said:  # counts the model said: none at all is no mean
         check_counted(values[ELEMENTS])
     del values[ELEMENTS]
     for name, metric in metrics.items():

@@ -20,7 +20,6 @@ from torch import nn
 from runner.training.batches import count_samples
 from runner.training.device import host_number
 from runner.training.distributed import sum_across_processes
-from runner.training.memory_agreement import Agreement
 from runner.training.reduction import sums_its_loss
 
 
@@ -32,7 +31,6 @@ class Weighed(Protocol):
     target_key: str
     processes: int
     device: torch.device
-    memory: Agreement
 
 
 @dataclass
@@ -49,7 +47,9 @@ class WindowWeights:
     items: list[int | float | torch.Tensor]
     all_items: int | float | torch.Tensor  # over the window and every process
     shares: list[float | torch.Tensor]
-    agree: Callable[[], None]  # before the window's first collective (memory_agreement.py)
+    # How the first micro-batch's said items are summed over the processes, a collective between the
+    # window's forwards: all_processes, or a step's own that first does what must precede it.
+    sum_said: Callable[[float | torch.Tensor, int], float | torch.Tensor]
     said: list[int | float | torch.Tensor] = field(default_factory=list)  # the items a model says
     reference: float | torch.Tensor | None = None  # what every process weighs the items said against
     losses: list[torch.Tensor] = field(default_factory=list)
@@ -69,10 +69,9 @@ class WindowWeights:
                 # any but 0 (a first micro-batch of padding alone says 0): the rescale cancels it.
                 # Then a micro-batch's items as the batches count them, so that no weight is far
                 # from 1 (under fp16 loss scaling a large one would overflow the gradients).
-                self.agree()
                 typical = self.all_items / len(self.items)
                 typical = typical.clamp(min=1) if isinstance(typical, torch.Tensor) else max(typical, 1)
-                self.reference = or_else(all_processes(as_float(said[0]), self.processes), typical)
+                self.reference = or_else(self.sum_said(as_float(said[0]), self.processes), typical)
         share = self.shares[index]
         if said:
             alone = index == 0 and self.processes == 1
@@ -154,10 +153,14 @@ def or_else(value: float | torch.Tensor, fallback: float | torch.Tensor) -> floa
 
 
 def window_weights(
-    learner: Weighed, window: list, count: Callable[..., int | float | torch.Tensor]
+    learner: Weighed,
+    window: list,
+    count: Callable[..., int | float | torch.Tensor],
+    sum_said: Callable[[float | torch.Tensor, int], float | torch.Tensor] | None = None,
 ) -> WindowWeights:
     """The weights of ``window``'s micro-batches, counted before any runs; ``count(batch, loss_fn,
-    target_key)``: what a micro-batch's loss averages over (``batches.loss_items``)."""
+    target_key)``: what a micro-batch's loss averages over (``batches.loss_items``); ``sum_said``: how
+    items a model says are summed over the processes (:func:`all_processes` by default)."""
     processes = learner.processes
     sums = sums_its_loss(learner.loss_fn, learner.plain_model)
     weighed = not sums and (len(window) > 1 or processes > 1)
@@ -167,8 +170,9 @@ def window_weights(
     # the gradients divides out), its gradient the sum's over every process's window.
     shares = [float(processes)] * len(window) if sums else item_shares(items, all_items, processes)
     samples = sum(count_samples(batch, learner.target_key) for batch in window)
-    agree = learner.memory.agree
-    return WindowWeights(processes, learner.device, sums, weighed, samples, items, all_items, shares, agree)
+    return WindowWeights(
+        processes, learner.device, sums, weighed, samples, items, all_items, shares, sum_said or all_processes
+    )
 
 
 def sample_shares(samples: list[int], processes: int) -> list[float]:

@@ -6,12 +6,13 @@ import math
 
 import torch
 
+from runner.experiment.optimizers import chosen_step
 from runner.tools.doctor.own_step import own_step_overfit
 from runner.tools.doctor.probe import ADVICE_LOSS_FIRST, FAIL, PASS, SKIP, Finding, Probe, value_text
 from runner.training.carried import carried_state_of
 from runner.training.modes import set_apart, start_training
 from runner.training.named_optimizers import NamedOptimizers
-from runner.training.step import Learner, train_step
+from runner.training.step import Learner
 
 
 def check_overfit(probe: Probe, steps: int = 100) -> Finding:
@@ -23,15 +24,18 @@ def check_overfit(probe: Probe, steps: int = 100) -> Finding:
     start_training(model, set_apart(model))  # as the run starts: a frozen teacher stays in eval()
     model.zero_grad(set_to_none=True)
     optimizer = setup.optimizer_factory(model)
-    learner = Learner(model, setup.loss_fn, optimizer, setup.precision, setup.device, False, setup.target_key)
+    learner = Learner(model, setup.loss_fn, optimizer, setup.precision, setup.device, False, setup.target_key,
+                      step=chosen_step(optimizer))  # fmt: skip
     window, carried = [probe.batch], carried_state_of(model)
 
     def step_from_the_same_state() -> float:
         carried.reset()  # a model that carries a state from batch to batch: one batch, from one state
-        return train_step(learner, window, setup.clip, check_finite=False).loss.item()
+        return learner.step.train(learner, window, setup.clip, check_finite=False).loss.item()
 
     if isinstance(optimizer, NamedOptimizers) and len(optimizer.optimizers) > 1:  # own_step.py
-        return own_step_overfit(optimizer, lambda: train_step(learner, window, setup.clip, False), steps)
+        return own_step_overfit(
+            optimizer, lambda: learner.step.train(learner, window, setup.clip, False), steps
+        )
     losses = [step_from_the_same_state() for _ in range(steps)]
     if not all(math.isfinite(loss) for loss in losses[-5:]):
         went = next(step for step, loss in enumerate(losses, start=1) if not math.isfinite(loss))

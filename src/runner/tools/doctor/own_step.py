@@ -13,10 +13,10 @@ from torch import nn
 
 from runner.config.errors import UserError
 from runner.tools.doctor.probe import FAIL, SKIP, Finding, Probe
-from runner.training.manual_step import OWN_STEP
+from runner.training.manual_step import MODELS_STEP, OWN_STEP
 from runner.training.named_optimizers import NamedOptimizers
 from runner.training.random_state import kept_random_state
-from runner.training.step import Learner, StepResult, train_step
+from runner.training.step import Learner, StepResult
 
 ADVICE_OWN_STEP = (
     "in training_step, call step.backward(loss, name) and then step.update(name) for each optimizer it trains"
@@ -31,11 +31,13 @@ def own_step_once(probe: Probe, optimizer: NamedOptimizers) -> str | None:
     setup, model = probe.setup, probe.setup.model
     buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
     grads = {name: p.grad for name, p in model.named_parameters()}
-    learner = Learner(model, setup.loss_fn, optimizer, setup.precision, setup.device, False, setup.target_key)
+    learner = Learner(model, setup.loss_fn, optimizer, setup.precision, setup.device, False, setup.target_key,
+                      step=MODELS_STEP)  # fmt: skip
     try:
         with kept_random_state():  # the later checks draw as they would without this one
             # A window of the run's accumulate: an update called on its earlier micro-batch only is said.
-            train_step(learner, [probe.batch] * setup.micro_batches_per_step, setup.clip, check_finite=False)
+            window = [probe.batch] * setup.micro_batches_per_step
+            learner.step.train(learner, window, setup.clip, check_finite=False)
     except UserError as error:
         return str(error)
     except Exception as error:  # the model's own code: a finding, and the model put back all the same
