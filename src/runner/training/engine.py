@@ -6,7 +6,6 @@ for itself whether to act.
 """
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,23 +15,23 @@ from torch.utils.data import DataLoader
 from runner.checkpoint.durable import WriteError
 from runner.checkpoint.policy import Checkpointer, NoCheckpoints
 from runner.checkpoint.state import TrainState
-from runner.config.errors import UserError
 from runner.config.monitors import check_monitored
-from runner.data.loading import batches_per_epoch, epoch_batches, read_ahead
+from runner.data.loading import batches_per_epoch
 from runner.observe.progress import Progress
-from runner.observe.records import MAX_MEMORY_ALLOCATED, SAMPLES_PER_SEC, best_tag
+from runner.observe.records import best_tag
 from runner.observe.writer import MetricLogger, NullLogger
+from runner.training.cadence import ValidationCadence
 from runner.training.callbacks import Callbacks, Context, detached
 from runner.training.carried import carried_state_of
 from runner.training.device import to_floats
-from runner.training.epochs import Loaders, first_epoch_batches
-from runner.training.metrics import unlogged_metrics_warning
+from runner.training.epochs import Loaders, epoch_windows, no_batch_in
 from runner.training.modes import set_apart, start_training
 from runner.training.nonfinite import DeferredGuard, guard_for
 from runner.training.oom import OutOfMemoryStop, evaluate_within_memory, step_within_memory
 from runner.training.plan import LoopSettings, planned_steps
 from runner.training.schedules import Schedule
-from runner.training.step import Learner, StepResult, accumulation_windows, mean_over_processes
+from runner.training.step import Learner, StepResult, mean_over_processes
+from runner.training.step_log import StepLog
 from runner.training.time_shares import StepTimes
 from runner.training.update import clipped_norm
 from runner.training.validation import improves
@@ -142,6 +141,109 @@ def defers_the_guard(learner: Learner, settings: LoopSettings) -> bool:
     return settings.on_nonfinite == "raise" and not scaled and not learner.step.writes_own
 
 
+def guard_of(learner: Learner, settings: LoopSettings) -> DeferredGuard:
+    """The non-finite guard. It reads the norms where the loop reads anyway (nonfinite.py), not every
+    step; a step that must not apply a non-finite update checks its norms itself and skips it on the
+    device (update.py): ``skips_on_device``."""
+    check_each_step = settings.on_nonfinite != "off" and not defers_the_guard(learner, settings)
+    return guard_for(settings, learner.precision.scaler.is_enabled(), skips_on_device=check_each_step)
+
+
+@dataclass
+class Validator:
+    """A validation as the loop runs it, where its cadence says: once a step at most, the non-finite
+    guard's verdict read first (a validation reports no state the guard has not seen), its time counted
+    as validation's. What :func:`validate` reads besides the state."""
+
+    learner: Learner
+    loader: DataLoader
+    settings: LoopSettings
+    hooks: Hooks
+    progress: Progress
+    schedule: Schedule
+    context: Context
+    guard: DeferredGuard
+    cadence: ValidationCadence = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cadence = ValidationCadence.of(self.settings)
+
+    def at_epoch_end(self, state: TrainState) -> bool | None:
+        """After the position moved to the next epoch, where the steps' or the epochs' cadence says:
+        whether the validation improved; ``None`` without one."""
+        return self.once(state) if self.cadence.at_epoch_end(state.epoch, state.step) else None
+
+    def at_end(self, state: TrainState) -> bool | None:
+        """The run's last: off the cadence (``validate``'s ``on_cadence``), unless its last step
+        validated already; none after a stop signal (the run saves and exits at once)."""
+        return self.once(state, on_cadence=False) if state.stopped_by_signal is None else None
+
+    def once(self, state: TrainState, on_cadence: bool = True) -> bool | None:
+        """Whether it improved; ``None`` when this step was validated already."""
+        if not self.cadence.takes(state.step):
+            return None
+        self.guard.check(state)
+        self.hooks.times.now_in("validation")
+        improved = validate(
+            self.learner, self.loader, self.settings, state, self.hooks, self.progress, self.schedule,
+            self.context, on_cadence,
+        )  # fmt: skip
+        self.cadence.validated(state.last_val)
+        return improved
+
+
+def end_step_callbacks(callbacks: Callbacks, context: Context, result: StepResult) -> None:
+    """``on_step_end`` sees the step's last micro-batch and its outputs (detached), which are not held
+    into the next step: they may be large (an LM's logits)."""
+    context.batch, context.outputs = result.last_batch, detached(result.last_outputs)
+    callbacks.call("on_step_end", context)
+    context.batch = context.outputs = result.last_batch = result.last_outputs = None
+
+
+def end_epoch(
+    state: TrainState, context: Context, schedule: Schedule, callbacks: Callbacks, validator: Validator
+) -> bool | None:
+    """The position moves to the next epoch first: a checkpoint of this moment resumes at the next
+    epoch's start. Then the validation the cadence asks for, the scheduler's epoch step and the
+    callbacks' ``on_epoch_end``. Whether the validation improved; ``None`` without one."""
+    state.epoch, state.batches_done_in_epoch = state.epoch + 1, 0
+    context.epoch = state.epoch
+    improved = validator.at_epoch_end(state)
+    schedule.after_epoch(state.epoch, state.last_val)
+    callbacks.call("on_epoch_end", context)
+    return improved
+
+
+def checkpoint_step(
+    checkpointer: Checkpointer,
+    guard: DeferredGuard,
+    state: TrainState,
+    improved: bool | None,
+    epoch_ended: bool,
+) -> None:
+    """The checkpointer's calls at the end of a step, after everything the step changes (schedulers,
+    callbacks): every file of one moment holds the same state, which the guard has seen."""
+    if checkpointer.saves_at(state, epoch_ended):
+        guard.check(state)  # before a save (a validation checked already)
+    if improved is not None:
+        checkpointer.after_validation(state, improved)
+    if epoch_ended:
+        checkpointer.after_epoch(state)
+    checkpointer.after_step(state)
+
+
+def end_run(
+    state: TrainState, context: Context, hooks: Hooks, guard: DeferredGuard, validator: Validator
+) -> None:
+    """The guard's verdict on the last steps first (before the final validation, the last save and the
+    run's result), then why the run stopped, its last validation and the callbacks' ``on_train_end``."""
+    guard.check(state)
+    state.stop_reason = context.stop_reason
+    if (improved := validator.at_end(state)) is not None:
+        hooks.checkpointer.after_validation(state, improved)
+    hooks.callbacks.call("on_train_end", context)
+
+
 def fit(
     learner: Learner,
     scheduler: Schedule | torch.optim.lr_scheduler.LRScheduler,
@@ -158,49 +260,13 @@ def fit(
     micro_batches_per_epoch = batches_per_epoch(loaders.train, loaders.sampler)  # None: a stream
     total_steps = planned_steps(settings, micro_batches_per_epoch)
     progress = Progress(total_steps, initial_step=state.step)
-    samples_since_log, last_log_time = 0, time.perf_counter()
-    validated_at_step = None
-    first_validation = True
-
-    def log_scalar(tag: str, value: float, step: int) -> None:
-        hooks.logger.log_scalars(step, {tag: value})
-
-    context = Context(learner.plain_model, learner.optimizer, log_scalar, state.step, state.epoch)
+    step_log = StepLog(hooks.logger, progress, hooks.times, learner.device)
+    context = Context(learner.plain_model, learner.optimizer, step_log.scalar, state.step, state.epoch)
     step_callbacks = hooks.callbacks.has("on_step_end")
-    # The guard reads the norms where the loop reads anyway (nonfinite.py), not every step; a step that
-    # must not apply a non-finite update skips it on the device (update.py).
-    check_each_step = settings.on_nonfinite != "off" and not defers_the_guard(learner, settings)
-    guard = guard_for(settings, learner.precision.scaler.is_enabled(), skips_on_device=check_each_step)
+    guard = guard_of(learner, settings)
+    check_each_step = guard.skips_on_device  # the step checks its norms: it skips a non-finite update
     carried = carried_state_of(learner.plain_model)  # a model's state from batch to batch (carried.py)
-
-    def validate_once(on_cadence: bool = True) -> bool | None:
-        """``None`` when this step was validated already."""
-        nonlocal validated_at_step, first_validation
-        if validated_at_step == state.step:
-            return None
-        validated_at_step = state.step
-        guard.check(state)
-        hooks.times.now_in("validation")
-        improved = validate(
-            learner, loaders.val, settings, state, hooks, progress, schedule, context, on_cadence
-        )
-        if first_validation and (warning := unlogged_metrics_warning(settings.metrics, state.last_val)):
-            log.warning(warning)
-        first_validation = False
-        return improved
-
-    def end_epoch(step_validates: bool) -> bool | None:
-        """The position moves to the next epoch first: a checkpoint of this moment resumes at the next
-        epoch's start."""
-        state.epoch, state.batches_done_in_epoch = state.epoch + 1, 0
-        context.epoch = state.epoch
-        improved = None
-        if step_validates or (settings.val_every_n_epochs and state.epoch % settings.val_every_n_epochs == 0):
-            improved = validate_once()
-        schedule.after_epoch(state.epoch, state.last_val)
-        hooks.callbacks.call("on_epoch_end", context)
-        return improved
-
+    validator = Validator(learner, loaders.val, settings, hooks, progress, schedule, context, guard)
     try:  # the bar is closed however the loop ends: an error's line is not glued to it
         # The model's own train(); a part its builder left in eval() (a frozen teacher) stays so (modes.py).
         start_training(learner.model, set_apart(learner.plain_model))
@@ -208,26 +274,15 @@ def fit(
         hooks.callbacks.call("on_train_start", context)
         first_epoch = True  # it may continue part-way through, and may have been started by the caller
         while state.step < total_steps and (settings.max_epochs is None or state.epoch < settings.max_epochs):
-            if first_epoch:
-                batches = loaders.started
-                if batches is None:
-                    batches = first_epoch_batches(loaders, state)
-            else:
-                batches = epoch_batches(loaders.train, loaders.sampler, state.epoch, 0, loaders.seed)
+            windows = epoch_windows(loaders, state, first_epoch, settings.micro_batches_per_step)
             if state.batches_done_in_epoch == 0:  # a resumed epoch goes on with the state it had
                 carried.reset()
             first_epoch, epoch_had_batches = False, False
-            windows = accumulation_windows(batches, settings.micro_batches_per_step)
-            # A stream's pass ends where it runs out: read one window ahead to know it at its last step.
-            if micro_batches_per_epoch is None:
-                windows = read_ahead(windows, loaders.stream_position)
-            else:
-                windows = ((window, False) for window in windows)
-            windows = hooks.times.waiting(windows, state)  # the wait for data, timed
-            for window, stream_ended in windows:
+            for window, stream_ended in hooks.times.waiting(windows, state):  # the wait for data, timed
                 epoch_had_batches = True
                 result = step_within_memory(  # the window as it fits in memory (oom.py)
-                    learner, window, state, settings.on_oom, log_scalar, lambda parts: learner.step.train(
+                    learner, window, state, settings.on_oom, step_log.scalar,
+                    lambda parts: learner.step.train(
                         learner, parts, settings.clip_norm, check_finite=check_each_step,
                         keep_last=step_callbacks,
                     ),
@@ -236,64 +291,29 @@ def fit(
                 schedule.after_step(state.step + 1)
                 state.step += 1
                 state.batches_done_in_epoch += len(window)
-                samples_since_log += result.samples
+                step_log.samples += result.samples
                 context.step = state.step
-
                 if state.step % settings.log_every_n_steps == 0 or state.step == total_steps:
-                    scalars = step_scalars(result, state, learner, settings, guard)
-                    now = time.perf_counter()  # after the read above: on a GPU it waits for the step
-                    scalars[SAMPLES_PER_SEC] = samples_since_log / max(now - last_log_time, 1e-9)
-                    samples_since_log, last_log_time = 0, now
-                    scalars.update(hooks.times.shares())  # vitals/time/*; from here on, runner's own work
-                    if learner.device.type == "cuda":  # this process's peak so far
-                        scalars[MAX_MEMORY_ALLOCATED] = (
-                            torch.cuda.max_memory_allocated(learner.device) / 2**30
-                        )
-                    state.last_train_loss, state.last_train_loss_step = scalars["train/loss"], state.step
-                    hooks.logger.log_scalars(state.step, scalars)
-                    progress.update(state.step, scalars)
-                    context.metrics.update(scalars)
-                    hooks.times.now_in("compute")
+                    step_log.write(state, step_scalars(result, state, learner, settings, guard), context)
                 if step_callbacks:
-                    context.batch, context.outputs = result.last_batch, detached(result.last_outputs)
-                    hooks.callbacks.call("on_step_end", context)
-                    # Not held into the next step: the outputs may be large (an LM's logits).
-                    context.batch = context.outputs = result.last_batch = result.last_outputs = None
-
-                every = settings.val_every_n_steps
-                step_validates = bool(every) and state.step % every == 0
+                    end_step_callbacks(hooks.callbacks, context, result)
                 epoch_ended = stream_ended or state.batches_done_in_epoch == micro_batches_per_epoch
-                improved = (
-                    end_epoch(step_validates) if epoch_ended else validate_once() if step_validates else None
-                )
-                # Saves come after everything this step changes (schedulers, callbacks): every file of one
-                # moment holds the same state.
-                hooks.times.now_in("checkpoint")
-                if hooks.checkpointer.saves_at(state, epoch_ended):
-                    guard.check(state)  # before a save (a validation checked already)
-                if improved is not None:
-                    hooks.checkpointer.after_validation(state, improved)
                 if epoch_ended:
-                    hooks.checkpointer.after_epoch(state)
-                hooks.checkpointer.after_step(state)
+                    improved = end_epoch(state, context, schedule, hooks.callbacks, validator)
+                else:
+                    improved = validator.once(state) if validator.cadence.at_step(state.step) else None
+                hooks.times.now_in("checkpoint")
+                checkpoint_step(hooks.checkpointer, guard, state, improved, epoch_ended)
                 if hooks.stop is not None and (signal_number := hooks.stop.requested()) is not None:
                     state.stopped_by_signal = signal_number
                     break
                 if context.stop_reason is not None or state.step >= total_steps or epoch_ended:
                     break
             if not epoch_had_batches:
-                raise UserError(
-                    f"the training data yielded no batch in epoch {state.epoch}; a stream must yield at "
-                    "least one batch per pass"
-                )
+                raise no_batch_in(state.epoch)
             if state.stopped_by_signal is not None or context.stop_reason is not None:
                 break
-
-        guard.check(state)  # before the final validation, the last save and the run's result
-        state.stop_reason = context.stop_reason
-        if state.stopped_by_signal is None and (improved := validate_once(on_cadence=False)) is not None:
-            hooks.checkpointer.after_validation(state, improved)
-        hooks.callbacks.call("on_train_end", context)
+        end_run(state, context, hooks, guard, validator)
     except (OutOfMemoryStop, WriteError):
         guard.check(state)  # these stops save last.pt: never a state the guard has not seen
         raise

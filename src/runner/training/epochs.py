@@ -1,5 +1,6 @@
-"""The loop's data: its loaders, and the epoch the run stands in, started before the loop with its
-first batch checked, so a data set the engine cannot use is refused before the run writes anything."""
+"""The loop's data: its loaders, each epoch's windows of micro-batches, and the epoch the run stands in,
+started before the loop with its first batch checked, so a data set the engine cannot use is refused
+before the run writes anything."""
 
 import itertools
 from collections.abc import Callable, Iterator
@@ -9,10 +10,12 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from runner.checkpoint.state import TrainState
-from runner.data.loading import EpochSampler, StreamPosition, epoch_batches
+from runner.config.errors import UserError
+from runner.data.loading import EpochSampler, StreamPosition, epoch_batches, read_ahead
 from runner.data.stream_state import LoaderPosition
 from runner.training.batches import check_structure
 from runner.training.collation import first_batch
+from runner.training.step import accumulation_windows
 
 
 @dataclass
@@ -34,6 +37,31 @@ def first_epoch_batches(loaders: Loaders, state: TrainState) -> Iterator[Any]:
     had done, unless the stream's own state was restored."""
     skip = 0 if loaders.stream_state_restored else state.batches_done_in_epoch
     return epoch_batches(loaders.train, loaders.sampler, state.epoch, skip, loaders.seed)
+
+
+def epoch_windows(
+    loaders: Loaders, state: TrainState, first: bool, micro_batches_per_step: int
+) -> Iterator[tuple[list, bool]]:
+    """The windows of micro-batches of the epoch the loop starts (one optimizer step each), each with
+    whether the epoch ends at it. The run's first epoch continues from where the run stands (the caller
+    may have started it: :func:`start_with_checked_batch`); a later one starts at its beginning. A
+    stream's pass ends where it runs out: it is read one window ahead to know that at its last step."""
+    if not first:
+        batches = epoch_batches(loaders.train, loaders.sampler, state.epoch, 0, loaders.seed)
+    else:
+        batches = loaders.started if loaders.started is not None else first_epoch_batches(loaders, state)
+    windows = accumulation_windows(batches, micro_batches_per_step)
+    if loaders.sampler is None:  # a stream
+        return read_ahead(windows, loaders.stream_position)
+    return zip(windows, itertools.repeat(False))  # a map-style epoch's end is counted
+
+
+def no_batch_in(epoch: int) -> UserError:
+    """An epoch that yielded no batch: a stream that ran dry at once would otherwise loop forever."""
+    return UserError(
+        f"the training data yielded no batch in epoch {epoch}; a stream must yield at least one batch "
+        "per pass"
+    )
 
 
 def start_with_checked_batch(
