@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy
 import pytest
 import torch
+from conftest import PLUGINS, REPO
 from hostile_inputs.cases import CASES
 from hostile_inputs.judging import Context, Skip, changes, snapshot
 from hostile_inputs.running import build_fixtures, needs_a_process, outcome, release, run_case
@@ -84,6 +85,9 @@ def exit_status(arguments: list[str], folder: Path, monkeypatch) -> int:
     return 0
 
 
+OTHER_TESTS_CODE = (str(PLUGINS), str(REPO / "examples"))  # what other tests import here
+
+
 @pytest.fixture
 def process_state(tmp_path_factory):
     """What a command run in this process may change for the tests after it, put back: environment,
@@ -103,6 +107,12 @@ def process_state(tmp_path_factory):
     torch_settings = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
                       torch.get_float32_matmul_precision(), torch.get_default_dtype())  # fmt: skip
     generators = (torch.get_rng_state(), random.getstate(), numpy.random.get_state())
+    # A fresh ``python -m runner`` has none of the test plug-ins or examples other tests imported here: a
+    # case's project may hold a module of the same name (own_steps), which runner refuses to mix with another.
+    plugins = {name: module for name, module in sys.modules.items()
+               if str(getattr(module, "__file__", None) or "").startswith(OTHER_TESTS_CODE)}  # fmt: skip
+    for name in plugins:
+        del sys.modules[name]
     yield
     os.environ.clear()
     os.environ.update(environment)
@@ -111,6 +121,7 @@ def process_state(tmp_path_factory):
     for name in set(sys.modules) - modules:
         if str(getattr(sys.modules[name], "__file__", None) or "").startswith(temporary):
             del sys.modules[name]
+    sys.modules.update(plugins)
     sys.setrecursionlimit(limit)
     warnings.filters[:] = filters
     for number, handler in handlers.items():
