@@ -3,10 +3,7 @@ run's end or done before a resume are said, never promised); a new run whose ste
 and a run folder whose ``profile`` is a file or a link, are refused in one line before anything is
 written."""
 
-import pytest
-from conftest import TINY
-
-from runner.cli.main import main
+from conftest import TINY, train_refused
 
 
 def plan_of(messages: list[str]) -> str:
@@ -33,16 +30,6 @@ def test_a_resume_past_the_steps_says_that_it_records_nothing(train_here, caplog
         "profile optimizer steps 2-3: none of them is among this run's steps 5-6, nothing is recorded" in plan
     )
     assert [path.name for path in (run_dir / "profile").iterdir()] == ["steps_2-3.trace.json.gz"]
-
-
-def train_refused(tmp_path, monkeypatch, capsys, *overrides: str) -> str:
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exited:
-        main(["train", *TINY, *overrides, f"hydra.run.dir={tmp_path / 'run'}"])
-    err = capsys.readouterr().err
-    assert exited.value.code == 2, err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    return err.removeprefix("runner: error: ")
 
 
 def test_a_new_run_whose_profile_steps_are_all_past_its_end_is_refused(tmp_path, monkeypatch, capsys):
