@@ -142,18 +142,25 @@ TAMPERED_DATASET = (f"data.dataset._target_={TOUCH}", "~data.dataset.val_fractio
 TAMPERED_CALLBACKS = (f"+callbacks.evil._target_={TOUCH}", "+callbacks.evil.self={marker}")
 
 
-def tampered_run(lines: tuple[str, ...]) -> Callable[[Path, Context], None]:
-    """A copy of the run whose ``.hydra/overrides.yaml`` also names ``pathlib.Path.touch``."""
+def record_with(lines: tuple[str, ...], quoted: bool = True) -> Callable[[Path, Context], None]:
+    """A copy of the run whose ``.hydra/overrides.yaml`` also holds ``lines`` (``{marker}`` filled in),
+    each a double-quoted YAML string, or as they are (``quoted=False``)."""
 
     def build(dest: Path, ctx: Context) -> None:
         copy_run(dest, ctx)
         record = dest / ".hydra" / "overrides.yaml"
         stat = record.stat()
-        extra = "".join(f"- {line.format(marker=ctx.marker)}\n" for line in lines)
+        filled = (line.format(marker=ctx.marker) for line in lines)
+        extra = "".join(f"- {json.dumps(line) if quoted else line}\n" for line in filled)
         record.write_text(record.read_text() + extra)
         os.utime(record, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
     return build
+
+
+def tampered_run(lines: tuple[str, ...]) -> Callable[[Path, Context], None]:
+    """A copy of the run whose ``.hydra/overrides.yaml`` also names ``pathlib.Path.touch``."""
+    return record_with(lines, quoted=False)
 
 
 def zero_result_run(dest: Path, ctx: Context) -> None:
@@ -467,21 +474,6 @@ HYDRA_CALLBACK = (
 )
 # Eight names of eight values, eleven deep: 8**11 values once resolved.
 BOMB = {"z0": [1] * 8, **{f"z{i}": [f"${{model.z{i - 1}}}"] * 8 for i in range(1, 12)}}
-
-
-def record_with(lines: tuple[str, ...]) -> Callable[[Path, Context], None]:
-    """A copy of the run whose ``.hydra/overrides.yaml`` also holds ``lines`` (``{marker}`` filled in),
-    each a double-quoted YAML string."""
-
-    def build(dest: Path, ctx: Context) -> None:
-        copy_run(dest, ctx)
-        record = dest / ".hydra" / "overrides.yaml"
-        stat = record.stat()
-        extra = "".join(f"- {json.dumps(line.format(marker=ctx.marker))}\n" for line in lines)
-        record.write_text(record.read_text() + extra)
-        os.utime(record, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-
-    return build
 
 
 def deep_record(dest: Path, ctx: Context) -> None:
